@@ -1,0 +1,1 @@
+"""Experiments: one absl app per study, configs in experiments/configs/."""

@@ -1,0 +1,1 @@
+"""Launchers: sweeps of experiment runs on a local process pool."""

@@ -1,0 +1,212 @@
+"""Runs a config's sweep on a local pool of processes and tabulates it.
+
+  python -m launch.sweep --config=experiments/configs/char_lm.py \
+      --workdir=results/char_lm_sweep
+
+``get_sweep()`` in the config file gives one dict of overrides per run. Each
+run is ``python -m experiments.<config name> --config=<file>
+--config.KEY=VALUE ... --workdir=<workdir>/<run name>`` in its own process,
+its output in ``<run folder>/log.txt``. A run whose summary.json says
+finished or diverged is skipped on relaunch; a run that fails is marked
+failed in its summary and the others go on. At the end the sweep writes
+``results.md``, ``results.csv`` and ``gradient_profile.png`` to the workdir
+and prints the Markdown table.
+"""
+
+import concurrent.futures
+import csv
+import importlib.util
+import json
+import math
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+from absl import app
+from absl import flags
+from absl import logging
+import tqdm
+
+_CONFIG = flags.DEFINE_string(
+    'config', 'experiments/configs/char_lm.py',
+    'Config file with get_config() and get_sweep(); experiments/configs/NAME.py runs '
+    'experiments.NAME.')
+_WORKDIR = flags.DEFINE_string('workdir', 'results/char_lm_sweep',
+                               'Sweep folder: one subfolder per run, plus the tables and plot.')
+_PROCESSES = flags.DEFINE_integer('processes', os.cpu_count() or 1,
+                                  'Runs at a time (default: the number of cores).')
+_THREADS_PER_RUN = flags.DEFINE_integer(
+    'threads_per_run', 0, 'CPU threads each run may use; 0: cores / processes (at least 1).')
+
+ENDED = ('finished', 'diverged')
+PROFILE_COLUMNS = ('1', '2', '5', '10', '20', '40')
+
+
+def load_config_module(path: str):
+  """Imports a config file as a module (it must define get_config and get_sweep)."""
+  spec = importlib.util.spec_from_file_location(pathlib.Path(path).stem, path)
+  if spec is None or not pathlib.Path(path).is_file():
+    raise FileNotFoundError(f'config: no config file at {path!r}')
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  for name in ('get_config', 'get_sweep'):
+    if not hasattr(module, name):
+      raise ValueError(f'config: {path} defines no {name}()')
+  return module
+
+
+def swept_keys(sweep: list[dict]) -> list[str]:
+  """Keys whose value differs between runs, in first-seen order."""
+  keys = list(dict.fromkeys(k for overrides in sweep for k in overrides))
+  return [k for k in keys if len({repr(o.get(k)) for o in sweep}) > 1]
+
+
+def run_name(overrides: dict, keys: list[str]) -> str:
+  return ','.join(f'{k}={overrides[k]}' for k in keys) or 'run'
+
+
+def read_summary(folder: pathlib.Path) -> dict | None:
+  try:
+    return json.loads((folder / 'summary.json').read_text())
+  except (FileNotFoundError, json.JSONDecodeError):
+    return None
+
+
+def launch_run(module: str, config_path: str, overrides: dict, folder: pathlib.Path,
+               threads: int) -> dict:
+  """Runs one experiment process; returns its summary (status 'failed' on error)."""
+  folder.mkdir(parents=True, exist_ok=True)
+  command = [sys.executable, '-m', module, f'--config={config_path}', f'--workdir={folder}']
+  command += [f'--config.{k}={v}' for k, v in overrides.items()]
+  env = dict(os.environ, XLA_FLAGS=(os.environ.get('XLA_FLAGS', '') +
+                                    f' --xla_cpu_multi_thread_eigen={str(threads > 1).lower()}'
+                                    f' intra_op_parallelism_threads={threads}').strip())
+  with open(folder / 'log.txt', 'w') as log:
+    returncode = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+  summary = read_summary(folder)
+  if returncode != 0 or summary is None:
+    tail = (folder / 'log.txt').read_text().strip().splitlines()[-5:]
+    summary = {'status': 'failed', 'returncode': returncode, 'error': '\n'.join(tail)}
+    (folder / 'summary.json').write_text(json.dumps(summary, indent=2) + '\n')
+  return summary
+
+
+def table_rows(runs: list[tuple[dict, dict]], keys: list[str]) -> list[dict]:
+  """One row per run: swept values, bits per char, clipping, divergence, profiles."""
+  rows = []
+  for overrides, summary in runs:
+    row = {k: overrides[k] for k in keys}
+    row['status'] = summary.get('status', 'missing')
+    row['train_bpc'] = summary.get('final_train_bits_per_char', math.nan)
+    row['validation_bpc'] = summary.get('validation_bits_per_char', math.nan)
+    row['clipped_fraction'] = summary.get('clipped_fraction', math.nan)
+    row['max_grad_norm'] = summary.get('max_grad_norm', math.nan)
+    row['diverged'] = summary.get('diverged', False)
+    for when in ('first', 'last'):
+      profile = summary.get(f'{when}_profile') or {}
+      for k in PROFILE_COLUMNS:
+        row[f'{when}_profile_k{k}'] = profile.get(k, math.nan)
+    rows.append(row)
+  return rows
+
+
+def format_value(value) -> str:
+  if isinstance(value, float):
+    if math.isnan(value):
+      return '-'
+    return f'{value:.3g}' if abs(value) < 1e-2 or abs(value) >= 1e4 else f'{value:.3f}'
+  return str(value)
+
+
+def markdown_table(rows: list[dict]) -> str:
+  columns = list(rows[0])
+  lines = ['| ' + ' | '.join(columns) + ' |', '|' + '---|' * len(columns)]
+  lines += ['| ' + ' | '.join(format_value(row[c]) for c in columns) + ' |' for row in rows]
+  return '\n'.join(lines) + '\n'
+
+
+def plot_profiles(rows: list[dict], keys: list[str], path: pathlib.Path) -> None:
+  """||dL/dh_{T-k}|| / ||dL/dh_T|| against k (log scale), one curve per spectral radius,
+  one panel per combination of the other swept values; solid: last step, dashed: first."""
+  import matplotlib
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt
+
+  curve_key = 'spectral_radius' if 'spectral_radius' in keys else keys[0]
+  panel_keys = [k for k in keys if k != curve_key]
+  panels = list(dict.fromkeys(tuple(row[k] for k in panel_keys) for row in rows))
+  figure, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.6), squeeze=False,
+                              sharey=True)
+  colors = plt.get_cmap('viridis')
+  curves = list(dict.fromkeys(row[curve_key] for row in rows))
+  for axis, panel in zip(axes[0], panels):
+    for row in rows:
+      if tuple(row[k] for k in panel_keys) != panel:
+        continue
+      color = colors(curves.index(row[curve_key]) / max(len(curves) - 1, 1))
+      for when, style in (('last', '-'), ('first', '--')):
+        points = [(int(k), row[f'{when}_profile_k{k}']) for k in PROFILE_COLUMNS
+                  if math.isfinite(row[f'{when}_profile_k{k}'])]
+        if points:
+          axis.plot(*zip(*points), style, color=color, marker='o', markersize=3,
+                    label=f'{curve_key}={row[curve_key]}' if when == 'last' else None)
+    axis.set_yscale('log')
+    axis.set_xlabel('distance k (steps)')
+    axis.set_title(', '.join(f'{k}={v}' for k, v in zip(panel_keys, panel)), fontsize=9)
+    axis.grid(True, which='both', alpha=0.3)
+  axes[0][0].set_ylabel('||dL/dh_{T-k}|| / ||dL/dh_T||')
+  axes[0][-1].legend(fontsize=7)
+  figure.suptitle('gradient-norm profile (solid: last step, dashed: first step)', fontsize=10)
+  figure.tight_layout()
+  figure.savefig(path, dpi=120)
+  plt.close(figure)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  config_path = _CONFIG.value
+  sweep = load_config_module(config_path).get_sweep()
+  module = 'experiments.' + pathlib.Path(config_path).stem
+  keys = swept_keys(sweep)
+  workdir = pathlib.Path(_WORKDIR.value)
+  workdir.mkdir(parents=True, exist_ok=True)
+  processes = max(1, _PROCESSES.value)
+  threads = _THREADS_PER_RUN.value or max(1, (os.cpu_count() or 1) // processes)
+
+  folders = [workdir / run_name(o, keys) for o in sweep]
+  summaries = [read_summary(f) for f in folders]
+  todo = [i for i, s in enumerate(summaries) if not (s and s.get('status') in ENDED)]
+  logging.info('%d runs, %d ended already, %d to run on %d processes', len(sweep),
+               len(sweep) - len(todo), len(todo), processes)
+  with concurrent.futures.ThreadPoolExecutor(processes) as pool, \
+      tqdm.tqdm(total=len(sweep), initial=len(sweep) - len(todo), desc='runs', unit='run',
+                file=sys.stdout) as progress:
+    futures = {pool.submit(launch_run, module, config_path, sweep[i], folders[i], threads): i
+               for i in todo}
+    for future in concurrent.futures.as_completed(futures):
+      i = futures[future]
+      summaries[i] = future.result()
+      progress.update(1)
+      progress.write(f'{folders[i].name}: {summaries[i]["status"]}, validation '
+                     f'{format_value(summaries[i].get("validation_bits_per_char", math.nan))} '
+                     f'bits/char')
+
+  rows = table_rows(list(zip(sweep, summaries)), keys)
+  with open(workdir / 'results.csv', 'w', newline='') as f:
+    writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+  table = markdown_table(rows)
+  (workdir / 'results.md').write_text(table)
+  plot_profiles(rows, keys, workdir / 'gradient_profile.png')
+  failed = sum(row['status'] == 'failed' for row in rows)
+  print(table)
+  print(f'{len(rows)} runs ({failed} failed); table: {workdir / "results.md"} and '
+        f'{workdir / "results.csv"}; plot: {workdir / "gradient_profile.png"}')
+
+
+if __name__ == '__main__':
+  app.run(main)

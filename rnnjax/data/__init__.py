@@ -1,0 +1,1 @@
+"""Corpora, tokenizers, batching and synthetic tasks."""

@@ -1,0 +1,70 @@
+"""Character vocabularies and token streams cut for truncated BPTT."""
+
+import numpy as np
+
+
+def char_vocabulary(text: str) -> str:
+  """The sorted distinct characters of ``text``; id i is character i."""
+  return ''.join(sorted(set(text)))
+
+
+def encode(text: str, vocabulary: str) -> np.ndarray:
+  """``<int32>[len(text)]`` ids of each character.
+
+  Raises:
+    ValueError: if ``text`` holds a character outside ``vocabulary``.
+  """
+  index = {c: i for i, c in enumerate(vocabulary)}
+  missing = set(text) - index.keys()
+  if missing:
+    raise ValueError(f'text: characters {sorted(missing)!r} are not in the vocabulary')
+  return np.fromiter((index[c] for c in text), np.int32, len(text))
+
+
+def decode(ids, vocabulary: str) -> str:
+  return ''.join(vocabulary[int(i)] for i in ids)
+
+
+def split_train_validation(ids: np.ndarray, validation_fraction: float):
+  """The first (1 - f) of a stream for training, the last f held out."""
+  if not 0 < validation_fraction < 1:
+    raise ValueError(f'validation_fraction: expected a value in (0, 1), got {validation_fraction!r}')
+  cut = int(round(len(ids) * (1 - validation_fraction)))
+  return ids[:cut], ids[cut:]
+
+
+def stream_windows(ids: np.ndarray, batch_size: int, truncation: int):
+  """Cuts a token stream into B parallel streams and windows of tau steps.
+
+  Stream b is the contiguous slice ``ids[b L : (b + 1) L + 1]`` with
+  ``L = (len(ids) - 1) // B``; window w of it holds inputs at positions
+  ``[w tau, (w + 1) tau)`` and targets one step later (teacher forcing). The
+  state after window w is the right initial state for window w + 1. Steps
+  that do not fill a whole window are dropped.
+
+  Args:
+    ids: ``<int>[N]`` token stream.
+    batch_size: B >= 1.
+    truncation: tau >= 1.
+
+  Returns:
+    ``(inputs, targets)``, each ``<int32>[W, B, tau]`` with
+    ``W = L // tau`` windows.
+
+  Raises:
+    ValueError: for B < 1, tau < 1, or a stream too short for one window.
+  """
+  if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+    raise ValueError(f'batch_size: expected an int >= 1, got {batch_size!r}')
+  if not isinstance(truncation, (int, np.integer)) or truncation < 1:
+    raise ValueError(f'truncation: expected an int tau >= 1, got {truncation!r}')
+  length = (len(ids) - 1) // batch_size
+  windows = length // truncation
+  if windows < 1:
+    raise ValueError(f'ids: a stream of {len(ids)} tokens gives {length} steps per stream for '
+                     f'batch_size={batch_size}, fewer than truncation={truncation}')
+  used = windows * truncation
+  streams = np.stack([ids[b * length:b * length + used + 1] for b in range(batch_size)])
+  inputs = streams[:, :-1].reshape(batch_size, windows, truncation).transpose(1, 0, 2)
+  targets = streams[:, 1:].reshape(batch_size, windows, truncation).transpose(1, 0, 2)
+  return inputs.astype(np.int32), targets.astype(np.int32)

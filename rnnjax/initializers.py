@@ -1,0 +1,126 @@
+"""Initializers for the recurrent weight W_hh, named for what they control.
+
+Each returns a float32 matrix ``<float32>[H, H]`` in rnnjax's row-vector
+layout (``h_t = phi(x_t W_xh + h_{t-1} W_hh + b)``); the spectral radius of a
+matrix is the same in either layout.
+
+References:
+  Pascanu, Mikolov & Bengio (2013), "On the difficulty of training recurrent
+  neural networks": the spectral radius rho(W_hh) decides whether gradients
+  vanish (rho < 1) or can explode (rho > 1).
+  Le, Jaitly & Hinton (2015), "A simple way to initialize recurrent networks
+  of rectified linear units" (IRNN: identity W_hh with relu).
+  Saxe, McClelland & Ganguli (2014): orthogonal initialization.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def _check_size(hidden_size: int) -> None:
+  if not isinstance(hidden_size, (int, np.integer)) or hidden_size < 1:
+    raise ValueError(f'hidden_size: expected a positive int, got {hidden_size!r}')
+
+
+def _check_radius(name: str, value: float) -> None:
+  if not np.isfinite(value) or value < 0:
+    raise ValueError(f'{name}: expected a finite value >= 0, got {value!r}')
+
+
+def spectral_radius(matrix) -> jax.Array:
+  """Largest absolute eigenvalue of a square matrix, computed on the host.
+
+  The eigenvalue solve runs in numpy (float64) through ``jax.pure_callback``,
+  so this works under ``jit`` on any backend.
+
+  Args:
+    matrix: ``[H, H]`` array.
+
+  Returns:
+    float32 scalar rho(matrix) = max_i |lambda_i|.
+
+  Raises:
+    ValueError: if ``matrix`` is not square.
+  """
+  shape = jnp.shape(matrix)
+  if len(shape) != 2 or shape[0] != shape[1]:
+    raise ValueError(f'matrix: expected a square [H, H] array, got shape {shape}')
+  host_radius = lambda m: np.float32(np.max(np.abs(np.linalg.eigvals(np.asarray(m, np.float64)))))
+  return jax.pure_callback(host_radius, jax.ShapeDtypeStruct((), jnp.float32), matrix)
+
+
+def gaussian_at_radius(key, hidden_size: int, radius: float) -> jax.Array:
+  """Gaussian W_hh rescaled so that its spectral radius is exactly ``radius``.
+
+  W ~ N(0, 1) elementwise, then W <- W * radius / rho(W); the eigenvalue
+  solve runs once on the host (``spectral_radius``).
+
+  Args:
+    key: a ``jax.random`` key.
+    hidden_size: H.
+    radius: the requested spectral radius rho >= 0.
+
+  Returns:
+    ``<float32>[H, H]`` with rho(W) = radius (to float32 rounding).
+
+  Raises:
+    ValueError: if ``radius`` < 0 or not finite, or ``hidden_size`` < 1.
+  """
+  _check_size(hidden_size)
+  _check_radius('radius', radius)
+  w = jax.random.normal(key, (hidden_size, hidden_size), jnp.float32)
+  return w * (radius / spectral_radius(w))
+
+
+def orthogonal_at_radius(key, hidden_size: int, radius: float) -> jax.Array:
+  """A random orthogonal matrix times ``radius``.
+
+  Every eigenvalue of an orthogonal matrix has modulus 1, so the result has
+  spectral radius (and every singular value) exactly ``radius``.
+
+  Args:
+    key: a ``jax.random`` key.
+    hidden_size: H.
+    radius: the requested spectral radius (the gain) >= 0.
+
+  Returns:
+    ``<float32>[H, H]``.
+
+  Raises:
+    ValueError: if ``radius`` < 0 or not finite, or ``hidden_size`` < 1.
+  """
+  _check_size(hidden_size)
+  _check_radius('radius', radius)
+  q = jax.nn.initializers.orthogonal()(key, (hidden_size, hidden_size), jnp.float32)
+  return radius * q
+
+
+def identity(hidden_size: int, gain: float = 1.0) -> jax.Array:
+  """``gain`` times the identity: the IRNN initialization (Le et al. 2015).
+
+  Returns:
+    ``<float32>[H, H]`` with spectral radius ``gain``.
+
+  Raises:
+    ValueError: if ``gain`` < 0 or not finite, or ``hidden_size`` < 1.
+  """
+  _check_size(hidden_size)
+  _check_radius('gain', gain)
+  return gain * jnp.eye(hidden_size, dtype=jnp.float32)
+
+
+def pytorch_uniform(key, shape, hidden_size: int) -> jax.Array:
+  """PyTorch's default RNN init: U(-1/sqrt(H), 1/sqrt(H)) for every weight.
+
+  Args:
+    key: a ``jax.random`` key.
+    shape: shape of the array to draw.
+    hidden_size: H, which sets the bound 1/sqrt(H).
+
+  Returns:
+    ``<float32>[*shape]``.
+  """
+  _check_size(hidden_size)
+  bound = 1.0 / np.sqrt(hidden_size)
+  return jax.random.uniform(key, shape, jnp.float32, -bound, bound)

@@ -1,0 +1,79 @@
+"""flax.linen wrappers: embedding -> Elman recurrence -> linear head.
+
+The modules only hold parameters; the computation is ``rnnjax.cells`` and
+``rnnjax.recurrence``. The Elman layer stores its cell params as one dict
+(``params['recurrence']['cell'] = {'W_xh', 'W_hh', 'b'}``), so they can be
+handed to the pure functions as they are.
+"""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from rnnjax import cells
+from rnnjax import recurrence
+
+
+class Elman(nn.Module):
+  """An Elman layer: ``(inputs [B, T, d], h0 [B, H]) -> (states [B, T, H], h_T [B, H])``.
+
+  Attributes:
+    hidden_size: H.
+    activation: 'tanh' or 'relu'.
+    recurrent_init: see ``cells.init_elman``.
+    radius: spectral radius of W_hh at init.
+  """
+  hidden_size: int
+  activation: str = 'tanh'
+  recurrent_init: str = 'gaussian'
+  radius: float = 1.0
+
+  @nn.compact
+  def __call__(self, inputs, initial_state, lengths=None, reverse=False):
+    params = self.param('cell', lambda key: cells.init_elman(
+        key, inputs.shape[-1], self.hidden_size, self.recurrent_init, self.radius))
+    return recurrence.scan(cells.elman(self.activation), params, inputs, initial_state,
+                           lengths, reverse)
+
+
+class CharLanguageModel(nn.Module):
+  """Character (or any token) language model with an Elman recurrence.
+
+  ``(ids <int32>[B, T], h0 <float32>[B, H]) -> (logits <float32>[B, T, V], h_T [B, H])``;
+  logits at step t score the token at t + 1 (teacher forcing, seed note 000).
+
+  Attributes:
+    vocab_size: V.
+    hidden_size: H.
+    embedding_size: E; 0 feeds one-hot vectors (d = V), as in seed note 001.
+    activation, recurrent_init, radius: of the Elman layer.
+  """
+  vocab_size: int
+  hidden_size: int
+  embedding_size: int = 0
+  activation: str = 'tanh'
+  recurrent_init: str = 'gaussian'
+  radius: float = 1.0
+
+  def setup(self):
+    if self.embedding_size:
+      self.embedding = nn.Embed(self.vocab_size, self.embedding_size)
+    self.recurrence = Elman(self.hidden_size, self.activation, self.recurrent_init, self.radius)
+    self.head = nn.Dense(self.vocab_size)
+
+  def embed(self, ids):
+    """``<int32>[B, T] -> <float32>[B, T, d]`` (an embedding or one-hot)."""
+    if self.embedding_size:
+      return self.embedding(ids)
+    return jax.nn.one_hot(ids, self.vocab_size, dtype=jnp.float32)
+
+  def logits(self, states):
+    """``<float32>[..., H] -> <float32>[..., V]``."""
+    return self.head(states)
+
+  def __call__(self, ids, initial_state):
+    states, final = self.recurrence(self.embed(ids), initial_state)
+    return self.logits(states), final
+
+  def initial_state(self, batch_size: int):
+    return jnp.zeros((batch_size, self.hidden_size), jnp.float32)

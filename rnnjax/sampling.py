@@ -1,0 +1,54 @@
+"""Sampling from a language model: a prompt, then greedy or temperature draws."""
+
+import jax
+import jax.numpy as jnp
+
+
+def sample(model, params, prompt, length: int, key, temperature: float = 1.0):
+  """Feeds ``prompt`` through the network, then generates ``length`` tokens.
+
+  Each generated token is fed back as the next input (no teacher forcing).
+  Temperature 0 is greedy (argmax, no division by zero); temperature t > 0
+  draws from softmax(logits / t).
+
+  Args:
+    model: a ``CharLanguageModel``.
+    params: its params.
+    prompt: ``<int32>[P]`` token ids, P >= 1.
+    length: number of tokens to generate, >= 0.
+    key: a ``jax.random`` key.
+    temperature: >= 0.
+
+  Returns:
+    ``<int32>[length]`` generated ids (the prompt not included), each in [0, V).
+
+  Raises:
+    ValueError: for an empty prompt, a negative length or temperature.
+  """
+  prompt = jnp.asarray(prompt, jnp.int32)
+  if prompt.ndim != 1 or prompt.shape[0] < 1:
+    raise ValueError(f'prompt: expected a non-empty 1-D array of ids, got shape {prompt.shape}')
+  if length < 0:
+    raise ValueError(f'length: expected an int >= 0, got {length!r}')
+  if not temperature >= 0:
+    raise ValueError(f'temperature: expected a value >= 0, got {temperature!r}')
+  variables = {'params': params}
+  logits, state = model.apply(variables, prompt[None, :], model.initial_state(1))
+
+  def choose(logits, key):
+    if temperature == 0:
+      return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    return jax.random.categorical(key, logits / temperature).astype(jnp.int32)
+
+  def step(carry, key):
+    state, token = carry
+    logits, state = model.apply(variables, token[None, None], state)
+    next_token = choose(logits[0, 0], key)
+    return (state, next_token), next_token
+
+  first_key, rest = jax.random.split(key)
+  first = choose(logits[0, -1], first_key)
+  if length == 0:
+    return jnp.zeros((0,), jnp.int32)
+  _, tokens = jax.lax.scan(step, (state, first), jax.random.split(rest, length - 1))
+  return jnp.concatenate([first[None], tokens])

@@ -1,0 +1,1 @@
+"""Training: optimizer chains with clipping, jitted steps, the truncated-BPTT loop."""

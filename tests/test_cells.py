@@ -1,0 +1,63 @@
+"""The seed worked examples (notes 000 and 002) and the Elman cell."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rnnjax import cells
+from rnnjax import recurrence
+
+
+def scalar_params(w_h):
+  return {'W_xh': jnp.ones((1, 1)), 'W_hh': jnp.full((1, 1), w_h), 'b': jnp.zeros((1,))}
+
+
+def states_for(w_h, inputs=(1.0, 0.0, 0.0)):
+  x = jnp.asarray(inputs, jnp.float32).reshape(1, -1, 1)
+  states, _ = recurrence.scan(cells.elman('tanh'), scalar_params(w_h), x, jnp.zeros((1, 1)))
+  return np.asarray(states).ravel()
+
+
+def test_worked_example_fading_weight():
+  # Seed note 002: h = 0.7616, 0.3634, 0.1797 for W_h = 0.5 on x = (1, 0, 0).
+  np.testing.assert_allclose(states_for(0.5), [0.7616, 0.3634, 0.1797], atol=5e-5)
+
+
+def test_worked_example_flooding_weight():
+  # Seed note 000: with W_h = 2, h2 = tanh(1.52) = 0.909, h3 = tanh(1.82) = 0.949.
+  np.testing.assert_allclose(states_for(2.0), [0.7616, 0.9093, 0.9487], atol=5e-5)
+
+
+def test_worked_example_input_gradient():
+  # Seed note 002: dh_3/dx_1 = 0.420 * 0.5 * 0.868 * 0.5 * 0.968 = 0.0882.
+  def h3(x1):
+    x = jnp.stack([x1, 0.0, 0.0]).reshape(1, 3, 1)
+    _, final = recurrence.scan(cells.elman('tanh'), scalar_params(0.5), x, jnp.zeros((1, 1)))
+    return final[0, 0]
+
+  gradient = float(jax.grad(h3)(jnp.float32(1.0)))
+  assert gradient == pytest.approx(0.0882, abs=5e-5)
+  h = states_for(0.5)
+  closed_form = (1 - h[0] ** 2) * 0.5 * (1 - h[1] ** 2) * 0.5 * (1 - h[2] ** 2)
+  assert gradient == pytest.approx(closed_form, rel=1e-5)
+
+
+def test_relu_cell_is_rectified_affine_map(key):
+  params = cells.init_elman(key, 3, 4, 'uniform')
+  x, h = jax.random.normal(key, (2, 3)), jax.random.normal(jax.random.key(1), (2, 4))
+  new, out = cells.elman('relu')(params, h, x)
+  expected = np.maximum(np.asarray(x @ params['W_xh'] + h @ params['W_hh'] + params['b']), 0)
+  np.testing.assert_allclose(new, expected, rtol=1e-6)
+  np.testing.assert_array_equal(new, out)
+
+
+def test_unknown_activation_is_named():
+  with pytest.raises(ValueError, match="activation: expected one of .* got 'sigmoid'"):
+    cells.elman('sigmoid')
+
+
+def test_parameter_count_matches_seed_formula(key):
+  # Seed note 000: H d + H^2 + H parameters, whatever T is (d = 10, H = 20: 620).
+  params = cells.init_elman(key, 10, 20)
+  assert sum(p.size for p in jax.tree_util.tree_leaves(params)) == 20 * 10 + 20 * 20 + 20 == 620

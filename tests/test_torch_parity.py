@@ -1,0 +1,67 @@
+"""Parity with PyTorch nn.RNN on the same weights: states and every gradient."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+from rnnjax import cells
+from rnnjax import convert
+from rnnjax import recurrence
+
+B, T, D, H = 3, 12, 4, 6
+RTOL, ATOL = 1e-5, 1e-6
+
+
+@pytest.mark.parametrize('activation', ['tanh', 'relu'])
+def test_states_and_gradients_match_torch(activation):
+  torch.manual_seed(0)
+  module = torch.nn.RNN(D, H, nonlinearity=activation, batch_first=True)
+  params = convert.elman_from_torch(module.state_dict())
+  rng = np.random.default_rng(0)
+  inputs = rng.normal(size=(B, T, D)).astype(np.float32)
+  initial = rng.normal(size=(B, H)).astype(np.float32)
+  weights = rng.normal(size=(B, T, H)).astype(np.float32)  # a loss that weighs every state
+
+  x = torch.tensor(inputs, requires_grad=True)
+  h0 = torch.tensor(initial[None], requires_grad=True)
+  out, h_n = module(x, h0)
+  (out * torch.tensor(weights)).sum().add(h_n.square().sum()).backward()
+
+  def loss(params, inputs, initial):
+    states, final = recurrence.scan(cells.elman(activation), params, inputs, initial)
+    return jnp.sum(states * weights) + jnp.sum(final ** 2), (states, final)
+
+  grads, (states, final) = jax.grad(loss, argnums=(0, 1, 2), has_aux=True)(
+      params, jnp.asarray(inputs), jnp.asarray(initial))
+  np.testing.assert_allclose(states, out.detach().numpy(), rtol=RTOL, atol=ATOL)
+  np.testing.assert_allclose(final, h_n[0].detach().numpy(), rtol=RTOL, atol=ATOL)
+  param_grads, input_grads, initial_grads = grads
+  np.testing.assert_allclose(param_grads['W_xh'], module.weight_ih_l0.grad.numpy().T,
+                             rtol=RTOL, atol=ATOL)
+  np.testing.assert_allclose(param_grads['W_hh'], module.weight_hh_l0.grad.numpy().T,
+                             rtol=RTOL, atol=ATOL)
+  np.testing.assert_allclose(param_grads['b'], module.bias_ih_l0.grad.numpy(), rtol=RTOL, atol=ATOL)
+  np.testing.assert_allclose(param_grads['b'], module.bias_hh_l0.grad.numpy(), rtol=RTOL, atol=ATOL)
+  np.testing.assert_allclose(input_grads, x.grad.numpy(), rtol=RTOL, atol=ATOL)
+  np.testing.assert_allclose(initial_grads, h0.grad[0].numpy(), rtol=RTOL, atol=ATOL)
+
+
+def test_round_trip_through_torch_state_dict(key):
+  params = cells.init_elman(key, D, H, 'orthogonal', radius=0.8)
+  module = torch.nn.RNN(D, H, batch_first=True)
+  module.load_state_dict({k: torch.from_numpy(v) for k, v in convert.elman_to_torch(params).items()})
+  back = convert.elman_from_torch(module.state_dict())
+  for name in params:
+    np.testing.assert_allclose(back[name], params[name], rtol=0, atol=0)
+  inputs = np.array(jax.random.normal(key, (B, T, D)))
+  with torch.no_grad():
+    out, _ = module(torch.from_numpy(inputs))
+  states, _ = recurrence.scan(cells.elman(), params, jnp.asarray(inputs), jnp.zeros((B, H)))
+  np.testing.assert_allclose(states, out.numpy(), rtol=RTOL, atol=ATOL)
+
+
+def test_missing_entry_is_named():
+  with pytest.raises(KeyError, match="no entry 'weight_hh_l1'"):
+    convert.elman_from_torch(torch.nn.RNN(D, H).state_dict(), layer=1)
