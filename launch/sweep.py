@@ -121,9 +121,19 @@ def format_value(value) -> str:
 
 
 def markdown_table(rows: list[dict]) -> str:
-  columns = list(rows[0])
+  """The rows as Markdown; each profile becomes one column of space-separated values."""
+  def merged(row):
+    out = {c: format_value(v) for c, v in row.items() if '_profile_k' not in c}
+    for when, step in (('first', 'first step'), ('last', 'last step')):
+      values = [row[f'{when}_profile_k{k}'] for k in PROFILE_COLUMNS]
+      out[f'profile at {step}, k = {", ".join(PROFILE_COLUMNS)}'] = ' '.join(
+          format_value(v) for v in values if not math.isnan(v))
+    return out
+
+  cells = [merged(row) for row in rows]
+  columns = list(cells[0])
   lines = ['| ' + ' | '.join(columns) + ' |', '|' + '---|' * len(columns)]
-  lines += ['| ' + ' | '.join(format_value(row[c]) for c in columns) + ' |' for row in rows]
+  lines += ['| ' + ' | '.join(cell[c] for c in columns) + ' |' for cell in cells]
   return '\n'.join(lines) + '\n'
 
 

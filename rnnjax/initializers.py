@@ -38,7 +38,8 @@ def spectral_radius(matrix) -> jax.Array:
     matrix: ``[H, H]`` array.
 
   Returns:
-    float32 scalar rho(matrix) = max_i |lambda_i|.
+    float32 scalar rho(matrix) = max_i |lambda_i|; NaN if the matrix holds a
+    NaN or an infinity (a diverged run).
 
   Raises:
     ValueError: if ``matrix`` is not square.
@@ -46,7 +47,13 @@ def spectral_radius(matrix) -> jax.Array:
   shape = jnp.shape(matrix)
   if len(shape) != 2 or shape[0] != shape[1]:
     raise ValueError(f'matrix: expected a square [H, H] array, got shape {shape}')
-  host_radius = lambda m: np.float32(np.max(np.abs(np.linalg.eigvals(np.asarray(m, np.float64)))))
+
+  def host_radius(m):
+    m = np.asarray(m, np.float64)
+    if not np.isfinite(m).all():
+      return np.float32(np.nan)
+    return np.float32(np.max(np.abs(np.linalg.eigvals(m))))
+
   return jax.pure_callback(host_radius, jax.ShapeDtypeStruct((), jnp.float32), matrix)
 
 

@@ -86,7 +86,7 @@ def make_train_step(model, clipping: str, clip_threshold: float):
   def step(state, carry, inputs, targets):
     (loss, final), grads = jax.value_and_grad(loss_fn, has_aux=True)(
         state.params, carry, inputs, targets)
-    metrics = {'loss': loss, 'grad_norm': optax.global_norm(grads),
+    metrics = {'loss': loss, 'grad_norm': optax.tree.norm(grads),
                'clipped': optimizers.was_clipped(grads, clipping, clip_threshold)}
     return state.apply_gradients(grads=grads), final, metrics
 

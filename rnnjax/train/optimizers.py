@@ -72,7 +72,7 @@ def make_optimizer(name: str, learning_rate: float, clipping: str = 'none',
 def was_clipped(gradients, clipping: str, threshold: float) -> jax.Array:
   """Whether ``clipping`` at ``threshold`` changes ``gradients`` (a bool scalar)."""
   if clipping == 'global_norm':
-    return optax.global_norm(gradients) > threshold
+    return optax.tree.norm(gradients) > threshold
   if clipping == 'elementwise':
     leaves = jax.tree_util.tree_leaves(gradients)
     return jnp.max(jnp.stack([jnp.max(jnp.abs(g)) for g in leaves])) > threshold

@@ -1,0 +1,88 @@
+"""Corpora with a sha256 check, and token streams cut for truncated BPTT."""
+
+import urllib.request
+
+import numpy as np
+import pytest
+
+from rnnjax.data import corpora
+from rnnjax.data import text
+
+
+def test_tinyshakespeare_is_verified(shared_data_dir):
+  corpus = corpora.read_text('tinyshakespeare', shared_data_dir, download=False)
+  assert len(corpus) == 1_115_394
+  assert corpus.startswith('First Citizen:')
+  assert len(text.char_vocabulary(corpus)) == 65
+
+
+def test_missing_corpus_without_download_says_where_to_put_it(tmp_path):
+  with pytest.raises(corpora.CorpusError, match=r'is missing; put the file at .*tinyshakespeare/input.txt'):
+    corpora.corpus_path('tinyshakespeare', tmp_path, download=False)
+
+
+def test_failed_download_says_where_to_put_it(tmp_path, monkeypatch):
+  def offline(url, filename):
+    raise OSError('network unreachable')
+  monkeypatch.setattr(urllib.request, 'urlretrieve', offline)
+  with pytest.raises(corpora.CorpusError,
+                     match=r'missing and the download failed \(network unreachable\); put the file at'):
+    corpora.corpus_path('tinyshakespeare', tmp_path)
+  assert list((tmp_path / 'tinyshakespeare').iterdir()) == []
+
+
+def test_download_is_checked(tmp_path, monkeypatch):
+  def fake_download(url, filename):
+    assert url.startswith('https://raw.githubusercontent.com/karpathy/char-rnn/')
+    with open(filename, 'w') as f:
+      f.write('not shakespeare')
+  monkeypatch.setattr(urllib.request, 'urlretrieve', fake_download)
+  with pytest.raises(corpora.CorpusError, match=r'has sha256 [0-9a-f]{64}, expected 86c4e6aa'):
+    corpora.corpus_path('tinyshakespeare', tmp_path)
+
+
+def test_corrupt_corpus_is_rejected(tmp_path):
+  path = tmp_path / 'tinyshakespeare' / 'input.txt'
+  path.parent.mkdir()
+  path.write_text('First Citizen: (truncated)')
+  with pytest.raises(corpora.CorpusError, match='the file is corrupt or another version'):
+    corpora.read_text('tinyshakespeare', tmp_path)
+
+
+def test_data_dir_comes_from_the_environment(tmp_path, monkeypatch):
+  monkeypatch.setenv('RNNJAX_DATA_DIR', str(tmp_path))
+  assert corpora.data_dir() == tmp_path
+  with pytest.raises(ValueError, match="name: expected one of .* got 'ptb2'"):
+    corpora.corpus_path('ptb2')
+
+
+def test_stream_windows_cut_and_shift():
+  ids = np.arange(23)
+  inputs, targets = text.stream_windows(ids, batch_size=2, truncation=5)
+  # L = (23 - 1) // 2 = 11 steps per stream, 2 windows of 5.
+  assert inputs.shape == targets.shape == (2, 2, 5)
+  np.testing.assert_array_equal(inputs[0], [[0, 1, 2, 3, 4], [11, 12, 13, 14, 15]])
+  np.testing.assert_array_equal(inputs[1], [[5, 6, 7, 8, 9], [16, 17, 18, 19, 20]])
+  np.testing.assert_array_equal(targets, inputs + 1)  # teacher forcing: the next token
+
+
+@pytest.mark.parametrize('kwargs, message', [
+    (dict(batch_size=0, truncation=5), 'batch_size: expected an int >= 1, got 0'),
+    (dict(batch_size=2, truncation=0), 'truncation: expected an int tau >= 1, got 0'),
+    (dict(batch_size=4, truncation=8), 'fewer than truncation=8'),
+])
+def test_stream_windows_bad_input(kwargs, message):
+  with pytest.raises(ValueError, match=message):
+    text.stream_windows(np.arange(23), **kwargs)
+
+
+def test_encode_decode_and_split():
+  vocabulary = text.char_vocabulary('hello world')
+  assert vocabulary == ' dehlorw'
+  ids = text.encode('hello world', vocabulary)
+  assert text.decode(ids, vocabulary) == 'hello world'
+  with pytest.raises(ValueError, match=r"text: characters \['!'\] are not in the vocabulary"):
+    text.encode('hello!', vocabulary)
+  train, held_out = text.split_train_validation(np.arange(100), 0.1)
+  np.testing.assert_array_equal(held_out, np.arange(90, 100))
+  assert len(train) == 90

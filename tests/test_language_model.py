@@ -1,0 +1,122 @@
+"""The language model, its training loop (metrics, divergence, checkpoints) and sampling."""
+
+import json
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+import pytest
+
+from rnnjax import models
+from rnnjax import sampling
+from rnnjax.data import text
+from rnnjax.train import language_model
+from rnnjax.train import optimizers
+
+V, H = 11, 16
+
+
+@pytest.fixture
+def setup(key):
+  ids = np.asarray(jax.random.randint(key, (2000,), 0, V), np.int32)
+  inputs, targets = text.stream_windows(ids, batch_size=4, truncation=8)
+  model = models.CharLanguageModel(vocab_size=V, hidden_size=H, embedding_size=5)
+  params = model.init(key, inputs[0], model.initial_state(4))['params']
+  return model, params, inputs, targets
+
+
+def test_metrics_and_checkpoint(setup, tmp_path):
+  model, params, inputs, targets = setup
+  settings = language_model.LoopSettings(steps=20, clipping='global_norm', clip_threshold=0.5,
+                                         log_every=10)
+  optimizer = optimizers.make_optimizer('adam', 1e-2, 'global_norm', 0.5)
+  final, record = language_model.train(model, params, optimizer, inputs, targets, settings,
+                                       tmp_path)
+  lines = [json.loads(l) for l in (tmp_path / 'metrics.jsonl').read_text().splitlines()]
+  assert [l['step'] for l in lines] == [1, 10, 20]
+  first = lines[0]
+  assert set(first) >= {'loss', 'bits_per_char', 'grad_norm', 'clipped', 'spectral_radius',
+                        'profile', 'steps_per_second'}
+  assert first['bits_per_char'] == pytest.approx(first['loss'] / math.log(2))
+  assert list(first['profile']) == ['1', '2', '5']  # k < tau = 8
+  assert first['profile'] == record['first_profile']
+  assert first['clipped'] == (first['grad_norm'] > 0.5)
+  final_radius = np.max(np.abs(np.linalg.eigvals(np.asarray(final['recurrence']['cell']['W_hh']))))
+  assert lines[-1]['spectral_radius'] == pytest.approx(final_radius, rel=1e-5)
+  assert 0 <= record['clipped_fraction'] <= 1 and record['steps_done'] == 20
+  # The checkpoint holds the final params.
+  manager = ocp.CheckpointManager((tmp_path / 'checkpoint').absolute())
+  assert manager.latest_step() == 20
+  restored = manager.restore(20)
+  np.testing.assert_array_equal(restored['params']['recurrence']['cell']['W_hh'],
+                                final['recurrence']['cell']['W_hh'])
+
+
+def test_divergence_stops_and_says_so(setup, tmp_path):
+  model, params, inputs, targets = setup
+  # An update of infinite size: the loss of step 2 is NaN.
+  optimizer = optax.chain(optax.sgd(1.0), optax.scale(jnp.inf))
+  settings = language_model.LoopSettings(steps=40, log_every=10)
+  _, record = language_model.train(model, params, optimizer, inputs, targets, settings, tmp_path)
+  assert record['diverged'] and record['diverged_step'] == 2
+  assert record['steps_done'] == 1  # the logged step 1; nothing after the divergence
+  lines = (tmp_path / 'metrics.jsonl').read_text().splitlines()
+  assert len(lines) == 1
+
+
+def test_evaluate_equals_mean_window_loss(setup):
+  model, params, inputs, targets = setup
+  carry, losses = model.initial_state(4), []
+  for window in range(inputs.shape[0]):
+    logits, carry = model.apply({'params': params}, inputs[window], carry)
+    losses.append(float(language_model.cross_entropy(logits, targets[window])))
+  assert language_model.evaluate(model, params, inputs, targets) == pytest.approx(
+      np.mean(losses), rel=1e-5)
+  # An untrained model is close to chance, ln V nats.
+  assert np.mean(losses) == pytest.approx(math.log(V), rel=0.1)
+
+
+def test_greedy_sampling_is_argmax_of_the_model(setup):
+  model, params, _, _ = setup
+  prompt = jnp.array([3, 1, 4], jnp.int32)
+  generated = sampling.sample(model, params, prompt, 6, jax.random.key(0), temperature=0.0)
+  sequence = list(np.asarray(prompt))
+  for _ in range(6):
+    logits, _ = model.apply({'params': params}, jnp.asarray(sequence)[None], model.initial_state(1))
+    sequence.append(int(jnp.argmax(logits[0, -1])))
+  np.testing.assert_array_equal(generated, sequence[3:])
+
+
+def test_temperature_sampling_stays_in_vocabulary(setup):
+  model, params, _, _ = setup
+  generated = sampling.sample(model, params, jnp.array([0]), 200, jax.random.key(1), 2.0)
+  assert generated.shape == (200,) and generated.dtype == jnp.int32
+  assert int(generated.min()) >= 0 and int(generated.max()) < V
+  assert len(set(np.asarray(generated).tolist())) > 3  # a high temperature is not greedy
+  assert sampling.sample(model, params, jnp.array([0]), 0, jax.random.key(1)).shape == (0,)
+
+
+@pytest.mark.parametrize('kwargs, message', [
+    (dict(prompt=jnp.zeros((0,), jnp.int32)), r'prompt: expected a non-empty 1-D array of ids, got shape \(0,\)'),
+    (dict(length=-1), 'length: expected an int >= 0, got -1'),
+    (dict(temperature=-0.5), 'temperature: expected a value >= 0, got -0.5'),
+])
+def test_sampling_bad_input(setup, kwargs, message):
+  model, params, _, _ = setup
+  arguments = dict(prompt=jnp.array([1]), length=5, key=jax.random.key(0), temperature=1.0)
+  arguments.update(kwargs)
+  with pytest.raises(ValueError, match=message):
+    sampling.sample(model, params, **arguments)
+
+
+@pytest.mark.parametrize('kwargs, message', [
+    (dict(steps=0), 'steps: expected an int >= 1, got 0'),
+    (dict(steps=10, log_every=10, checkpoint_every=15), 'checkpoint_every: expected a multiple of log_every=10, got 15'),
+    (dict(steps=10, on_divergence='ignore'), "on_divergence: expected one of .* got 'ignore'"),
+])
+def test_loop_settings_bad_input(kwargs, message):
+  with pytest.raises(ValueError, match=message):
+    language_model.LoopSettings(**kwargs)

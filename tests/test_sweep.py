@@ -1,0 +1,84 @@
+"""The sweep launcher: runs in processes, a failed run does not stop the others,
+ended runs are skipped on relaunch, and the table and plot are written."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from launch import sweep
+
+TINY_CONFIG = '''
+from experiments.configs.char_lm import get_config
+
+def get_sweep():
+  fixed = dict(hidden_size=8, embedding_size=4, batch_size=4, truncation=8, steps=3,
+               log_every=1, sample_length=5)
+  return [dict(fixed, spectral_radius=0.5), dict(fixed, spectral_radius=1.5),
+          dict(fixed, spectral_radius=-1.0)]
+'''
+
+
+def run_sweep(config, workdir):
+  return subprocess.run(
+      [sys.executable, '-m', 'launch.sweep', f'--config={config}', f'--workdir={workdir}',
+       '--processes=2'], capture_output=True, text=True, check=True).stdout
+
+
+def test_sweep_runs_skips_and_tabulates(tmp_path, shared_data_dir):
+  config = tmp_path / 'char_lm.py'  # the file name picks experiments.char_lm
+  config.write_text(TINY_CONFIG)
+  workdir = tmp_path / 'sweep'
+  output = run_sweep(config, workdir)
+  assert '3 runs (1 failed)' in output
+  summaries = {f.name: json.loads((f / 'summary.json').read_text())
+               for f in workdir.iterdir() if f.is_dir()}
+  assert sorted(summaries) == ['spectral_radius=-1.0', 'spectral_radius=0.5',
+                               'spectral_radius=1.5']
+  assert summaries['spectral_radius=-1.0']['status'] == 'failed'
+  assert 'radius: expected a finite value >= 0, got -1.0' in summaries['spectral_radius=-1.0']['error']
+  for name in ('spectral_radius=0.5', 'spectral_radius=1.5'):
+    assert summaries[name]['status'] == 'finished'
+    assert summaries[name]['steps_done'] == 3
+    assert (workdir / name / 'config.json').exists()
+    assert len((workdir / name / 'metrics.jsonl').read_text().splitlines()) == 3
+  rows = list(csv.DictReader(open(workdir / 'results.csv')))
+  assert [r['spectral_radius'] for r in rows] == ['0.5', '1.5', '-1.0']
+  assert [r['status'] for r in rows] == ['finished', 'finished', 'failed']
+  assert float(rows[0]['first_profile_k1']) == pytest.approx(
+      summaries['spectral_radius=0.5']['first_profile']['1'])
+  assert (workdir / 'gradient_profile.png').stat().st_size > 10_000
+  table = (workdir / 'results.md').read_text()
+  assert table in output
+
+  # Relaunch: the finished runs are not run again, the failed one is; same table.
+  finished_log = workdir / 'spectral_radius=0.5' / 'log.txt'
+  before = finished_log.stat().st_mtime_ns
+  again = run_sweep(config, workdir)
+  assert finished_log.stat().st_mtime_ns == before
+  assert (workdir / 'results.md').read_text() == table
+  assert '3 runs (1 failed)' in again
+
+
+def test_swept_keys_and_names():
+  runs = [{'a': 1, 'b': 'x', 'c': 0}, {'a': 2, 'b': 'x', 'c': 0}, {'a': 2, 'b': 'y', 'c': 0}]
+  assert sweep.swept_keys(runs) == ['a', 'b']
+  assert sweep.run_name(runs[2], ['a', 'b']) == 'a=2,b=y'
+
+
+def test_default_sweep_is_the_main_job():
+  module = sweep.load_config_module(os.path.join('experiments', 'configs', 'char_lm.py'))
+  runs = module.get_sweep()
+  assert len(runs) == 20
+  assert sweep.swept_keys(runs) == ['spectral_radius', 'clipping', 'truncation']
+  assert sorted({r['spectral_radius'] for r in runs}) == [0.5, 0.9, 1.0, 1.1, 1.5]
+  assert {r['clipping'] for r in runs} == {'none', 'global_norm'}
+  assert {r['truncation'] for r in runs} == {16, 64}
+
+
+def test_missing_config_is_named(tmp_path):
+  with pytest.raises(FileNotFoundError, match='config: no config file at'):
+    sweep.load_config_module(str(tmp_path / 'nope.py'))
