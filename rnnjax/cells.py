@@ -7,7 +7,10 @@ plain dicts of arrays in the row-vector layout of d2l (seed note 002):
   h_t = phi(x_t W_xh + h_{t-1} W_hh + b)          (Elman 1990, "SRN")
 
 Shapes: ``x <float32>[B, d]``, ``carry = h <float32>[B, H]``,
-``W_xh [d, H]``, ``W_hh [H, H]``, ``b [H]``.
+``W_xh [d, H]``, ``W_hh [H, H]``, ``b [H]``. GRU and LSTM cells keep the same
+signature and PyTorch's gate order. Every ``init_*`` takes ``biases``: 1 (one
+bias per block, d2l's count h(d + h + 1)) or 2 (PyTorch's input and hidden
+biases, h(d + h + 2) per block; seed note 002, "Formulas").
 """
 
 import functools
@@ -46,8 +49,13 @@ def elman_cell(params, carry, x, activation: str = 'tanh'):
                      f'[{input_size}, {hidden_size}]), got shape {x.shape} per step')
   if carry.shape[-1] != hidden_size:
     raise ValueError(f'initial_state: expected last axis H = {hidden_size}, got shape {carry.shape}')
-  h = ACTIVATIONS[activation](x @ params['W_xh'] + carry @ params['W_hh'] + params['b'])
+  h = ACTIVATIONS[activation](x @ params['W_xh'] + carry @ params['W_hh'] + _bias(params))
   return h, h
+
+
+def _bias(params):
+  """The summed bias: ``b``, plus PyTorch's second bias ``b_hh`` where present."""
+  return params['b'] + params['b_hh'] if 'b_hh' in params else params['b']
 
 
 def elman(activation: str = 'tanh'):
@@ -61,8 +69,16 @@ def elman(activation: str = 'tanh'):
   return functools.partial(elman_cell, activation=activation)
 
 
+def _check_sizes(input_size, hidden_size, biases):
+  for name, size in (('input_size', input_size), ('hidden_size', hidden_size)):
+    if not isinstance(size, int) or size < 1:
+      raise ValueError(f'{name}: expected a positive int, got {size!r}')
+  if biases not in (1, 2):
+    raise ValueError(f'biases: expected 1 or 2, got {biases!r}')
+
+
 def init_elman(key, input_size: int, hidden_size: int, recurrent_init: str = 'gaussian',
-               radius: float = 1.0, input_scale: float | None = None):
+               radius: float = 1.0, input_scale: float | None = None, biases: int = 1):
   """Parameters of an Elman cell.
 
   Args:
@@ -76,25 +92,27 @@ def init_elman(key, input_size: int, hidden_size: int, recurrent_init: str = 'ga
     radius: spectral radius of W_hh (the gain for 'identity').
     input_scale: W_xh ~ N(0, input_scale^2); default 1/sqrt(d). With
       'uniform' W_xh is PyTorch's uniform too.
+    biases: 1 (``b``) or 2 (``b`` and ``b_hh``, as PyTorch; they are summed).
 
   Returns:
-    ``{'W_xh': <float32>[d, H], 'W_hh': <float32>[H, H], 'b': <float32>[H]}``,
-    b = 0 (uniform: U(+-1/sqrt(H)), the sum of PyTorch's two biases is not
-    uniform, so one draw stands for both).
+    ``{'W_xh': <float32>[d, H], 'W_hh': <float32>[H, H], 'b': <float32>[H]}``
+    (and ``'b_hh': [H]`` with biases=2); biases are 0 (uniform:
+    U(+-1/sqrt(H)) each).
 
   Raises:
     ValueError: for a size < 1, a negative radius or an unknown init name.
   """
-  for name, size in (('input_size', input_size), ('hidden_size', hidden_size)):
-    if not isinstance(size, int) or size < 1:
-      raise ValueError(f'{name}: expected a positive int, got {size!r}')
-  key_x, key_h, key_b = jax.random.split(key, 3)
+  _check_sizes(input_size, hidden_size, biases)
+  key_x, key_h, key_b, key_b2 = jax.random.split(key, 4)
   if recurrent_init == 'uniform':
-    return {
+    params = {
         'W_xh': initializers.pytorch_uniform(key_x, (input_size, hidden_size), hidden_size),
         'W_hh': initializers.pytorch_uniform(key_h, (hidden_size, hidden_size), hidden_size),
         'b': initializers.pytorch_uniform(key_b, (hidden_size,), hidden_size),
     }
+    if biases == 2:
+      params['b_hh'] = initializers.pytorch_uniform(key_b2, (hidden_size,), hidden_size)
+    return params
   if recurrent_init == 'gaussian':
     w_hh = initializers.gaussian_at_radius(key_h, hidden_size, radius)
   elif recurrent_init == 'orthogonal':
@@ -104,8 +122,106 @@ def init_elman(key, input_size: int, hidden_size: int, recurrent_init: str = 'ga
   else:
     raise ValueError(f'recurrent_init: expected one of {RECURRENT_INITS}, got {recurrent_init!r}')
   scale = input_size ** -0.5 if input_scale is None else input_scale
-  return {
+  params = {
       'W_xh': scale * jax.random.normal(key_x, (input_size, hidden_size), jnp.float32),
       'W_hh': w_hh,
       'b': jnp.zeros((hidden_size,), jnp.float32),
   }
+  if biases == 2:
+    params['b_hh'] = jnp.zeros((hidden_size,), jnp.float32)
+  return params
+
+
+def _gate_preactivations(params, x, h):
+  """``x W_x + b`` and ``h W_h (+ b_hh)``, each ``[B, blocks * H]``."""
+  from_input = x @ params['W_x'] + params['b']
+  from_state = h @ params['W_h']
+  if 'b_hh' in params:
+    from_state = from_state + params['b_hh']
+  return from_input, from_state
+
+
+def gru_cell(params, carry, x):
+  """One GRU step, PyTorch's equations and gate order (r, z, n).
+
+    r = sigmoid(x W_xr + b_r + h W_hr + b_hr)       reset gate
+    z = sigmoid(x W_xz + b_z + h W_hz + b_hz)       update gate
+    n = tanh(x W_xn + b_n + r * (h W_hn + b_hn))    candidate
+    h' = (1 - z) * n + z * h                        z = 1 keeps the old state
+
+  Args:
+    params: ``{'W_x': [d, 3H], 'W_h': [H, 3H], 'b': [3H]}`` (+ ``'b_hh': [3H]``).
+    carry: ``h <float32>[B, H]``.
+    x: ``<float32>[B, d]``.
+
+  Returns:
+    ``(h', h')``.
+
+  References:
+    Cho et al. (2014); d2l 10.2 (seed note 002); torch.nn.GRU's documentation.
+  """
+  from_input, from_state = _gate_preactivations(params, x, carry)
+  input_r, input_z, input_n = jnp.split(from_input, 3, axis=-1)
+  state_r, state_z, state_n = jnp.split(from_state, 3, axis=-1)
+  r = jax.nn.sigmoid(input_r + state_r)
+  z = jax.nn.sigmoid(input_z + state_z)
+  n = jnp.tanh(input_n + r * state_n)
+  h = (1 - z) * n + z * carry
+  return h, h
+
+
+def lstm_cell(params, carry, x):
+  """One LSTM step, PyTorch's gate order (i, f, g, o); carry ``(h, c)``.
+
+    i, f, o = sigmoid(.), g = tanh(.)  of  x W_x + b + h W_h (+ b_hh)
+    c' = f * c + i * g,   h' = o * tanh(c')
+
+  Args:
+    params: ``{'W_x': [d, 4H], 'W_h': [H, 4H], 'b': [4H]}`` (+ ``'b_hh': [4H]``).
+    carry: ``(h, c)``, each ``<float32>[B, H]``.
+    x: ``<float32>[B, d]``.
+
+  Returns:
+    ``((h', c'), h')``.
+
+  References:
+    Hochreiter & Schmidhuber (1997); d2l 10.1 (seed note 002).
+  """
+  h, c = carry
+  from_input, from_state = _gate_preactivations(params, x, h)
+  i, f, g, o = jnp.split(from_input + from_state, 4, axis=-1)
+  c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+  h = jax.nn.sigmoid(o) * jnp.tanh(c)
+  return (h, c), h
+
+
+def _init_gated(key, input_size, hidden_size, blocks, biases):
+  _check_sizes(input_size, hidden_size, biases)
+  keys = jax.random.split(key, 4)
+  uniform = lambda k, shape: initializers.pytorch_uniform(k, shape, hidden_size)
+  params = {'W_x': uniform(keys[0], (input_size, blocks * hidden_size)),
+            'W_h': uniform(keys[1], (hidden_size, blocks * hidden_size)),
+            'b': uniform(keys[2], (blocks * hidden_size,))}
+  if biases == 2:
+    params['b_hh'] = uniform(keys[3], (blocks * hidden_size,))
+  return params
+
+
+def init_gru(key, input_size: int, hidden_size: int, biases: int = 2):
+  """GRU params, PyTorch's init U(+-1/sqrt(H)): ``W_x [d, 3H]``, ``W_h [H, 3H]``,
+  ``b [3H]`` (+ ``b_hh [3H]`` with biases=2, PyTorch's layout).
+
+  Raises:
+    ValueError: for a size < 1 or biases not in (1, 2).
+  """
+  return _init_gated(key, input_size, hidden_size, 3, biases)
+
+
+def init_lstm(key, input_size: int, hidden_size: int, biases: int = 2):
+  """LSTM params, PyTorch's init U(+-1/sqrt(H)): ``W_x [d, 4H]``, ``W_h [H, 4H]``,
+  ``b [4H]`` (+ ``b_hh [4H]`` with biases=2).
+
+  Raises:
+    ValueError: for a size < 1 or biases not in (1, 2).
+  """
+  return _init_gated(key, input_size, hidden_size, 4, biases)

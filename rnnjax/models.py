@@ -22,16 +22,19 @@ class Elman(nn.Module):
     activation: 'tanh' or 'relu'.
     recurrent_init: see ``cells.init_elman``.
     radius: spectral radius of W_hh at init.
+    biases: 1, or 2 as PyTorch (see ``cells.init_elman``).
   """
   hidden_size: int
   activation: str = 'tanh'
   recurrent_init: str = 'gaussian'
   radius: float = 1.0
+  biases: int = 1
 
   @nn.compact
   def __call__(self, inputs, initial_state, lengths=None, reverse=False):
     params = self.param('cell', lambda key: cells.init_elman(
-        key, inputs.shape[-1], self.hidden_size, self.recurrent_init, self.radius))
+        key, inputs.shape[-1], self.hidden_size, self.recurrent_init, self.radius,
+        biases=self.biases))
     return recurrence.scan(cells.elman(self.activation), params, inputs, initial_state,
                            lengths, reverse)
 
@@ -46,7 +49,7 @@ class CharLanguageModel(nn.Module):
     vocab_size: V.
     hidden_size: H.
     embedding_size: E; 0 feeds one-hot vectors (d = V), as in seed note 001.
-    activation, recurrent_init, radius: of the Elman layer.
+    activation, recurrent_init, radius, biases: of the Elman layer.
   """
   vocab_size: int
   hidden_size: int
@@ -54,11 +57,13 @@ class CharLanguageModel(nn.Module):
   activation: str = 'tanh'
   recurrent_init: str = 'gaussian'
   radius: float = 1.0
+  biases: int = 1
 
   def setup(self):
     if self.embedding_size:
       self.embedding = nn.Embed(self.vocab_size, self.embedding_size)
-    self.recurrence = Elman(self.hidden_size, self.activation, self.recurrent_init, self.radius)
+    self.recurrence = Elman(self.hidden_size, self.activation, self.recurrent_init, self.radius,
+                            self.biases)
     self.head = nn.Dense(self.vocab_size)
 
   def embed(self, ids):

@@ -65,3 +65,49 @@ def test_round_trip_through_torch_state_dict(key):
 def test_missing_entry_is_named():
   with pytest.raises(KeyError, match="no entry 'weight_hh_l1'"):
     convert.elman_from_torch(torch.nn.RNN(D, H).state_dict(), layer=1)
+
+
+@pytest.mark.parametrize('kind', ['GRU', 'LSTM'])
+def test_gated_cells_match_torch(kind):
+  torch.manual_seed(1)
+  module = getattr(torch.nn, kind)(D, H, batch_first=True)
+  params = convert.gated_from_torch(module.state_dict())
+  cell = cells.gru_cell if kind == 'GRU' else cells.lstm_cell
+  rng = np.random.default_rng(1)
+  inputs = rng.normal(size=(B, T, D)).astype(np.float32)
+  h0 = rng.normal(size=(B, H)).astype(np.float32)
+  c0 = rng.normal(size=(B, H)).astype(np.float32)
+  x = torch.tensor(inputs, requires_grad=True)
+  if kind == 'GRU':
+    out, _ = module(x, torch.tensor(h0[None]))
+    initial = jnp.asarray(h0)
+  else:
+    out, _ = module(x, (torch.tensor(h0[None]), torch.tensor(c0[None])))
+    initial = (jnp.asarray(h0), jnp.asarray(c0))
+  out.square().sum().backward()
+
+  def loss(params, inputs):
+    states, _ = recurrence.scan(cell, params, inputs, initial)
+    return jnp.sum(states ** 2), states
+
+  (param_grads, input_grads), states = jax.grad(loss, argnums=(0, 1), has_aux=True)(
+      params, jnp.asarray(inputs))
+  np.testing.assert_allclose(states, out.detach().numpy(), rtol=RTOL, atol=ATOL)
+  np.testing.assert_allclose(input_grads, x.grad.numpy(), rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(param_grads['W_h'], module.weight_hh_l0.grad.numpy().T,
+                             rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(param_grads['b_hh'], module.bias_hh_l0.grad.numpy(),
+                             rtol=1e-4, atol=1e-5)
+
+
+def test_elman_with_two_biases_round_trips():
+  module = torch.nn.RNN(D, H, batch_first=True)
+  params = cells.init_elman(jax.random.key(0), D, H, 'uniform', biases=2)
+  state_dict = convert.elman_to_torch(params)
+  np.testing.assert_array_equal(state_dict['bias_hh_l0'], params['b_hh'])
+  module.load_state_dict({k: torch.from_numpy(v) for k, v in state_dict.items()})
+  inputs = np.array(jax.random.normal(jax.random.key(1), (B, T, D)))
+  with torch.no_grad():
+    out, _ = module(torch.from_numpy(inputs))
+  states, _ = recurrence.scan(cells.elman(), params, jnp.asarray(inputs), jnp.zeros((B, H)))
+  np.testing.assert_allclose(states, out.numpy(), rtol=RTOL, atol=ATOL)
