@@ -73,3 +73,105 @@ def gradient_norm_profile(gradients, distances):
   norms = jnp.sqrt(jnp.sum(gradients ** 2, axis=(0, 2)))  # [T]
   last = gradients.shape[1] - 1
   return jnp.stack([norms[last - k] for k in distances]) / norms[last]
+
+
+def activation_derivative(states, activation: str = 'tanh'):
+  """phi'(a_t) from the states h_t = phi(a_t): 1 - h^2 (tanh), [h > 0] (relu), 1 (linear)."""
+  if activation == 'tanh':
+    return 1.0 - states ** 2
+  if activation == 'relu':
+    return (states > 0).astype(states.dtype)
+  if activation == 'linear':
+    return jnp.ones_like(states)
+  raise ValueError(f"activation: expected 'tanh', 'relu' or 'linear', got {activation!r}")
+
+
+def largest_singular_value(matrix) -> jax.Array:
+  """sigma_max of a ``[H, H]`` matrix (its spectral norm)."""
+  return jnp.linalg.norm(matrix, ord=2)
+
+
+def jacobian_product_norms(states, w_hh, distances, activation: str = 'tanh'):
+  """Spectral norms of the Jacobian products that carry gradients back in time.
+
+  For the last step t = T - 1 and each distance n in ``distances``, the norm of
+  dh_t/dh_{t-n} = prod_{j=t-n+1..t} diag(phi'_j) W_hh (column layout; in
+  rnnjax's row layout the same matrix transposed, which has the same norm),
+  computed from the stored states, beside the bound sigma_max(W_hh)^n
+  (||diag(phi'_j)|| <= 1 for tanh and relu).
+
+  Args:
+    states: ``<float32>[B, T, H]`` states of an Elman network.
+    w_hh: ``<float32>[H, H]``.
+    distances: ints 1 <= n <= T - 1 (the product needs h_{t-n}).
+    activation: 'tanh', 'relu' or 'linear'.
+
+  Returns:
+    ``(norms <float32>[B, len(distances)], bounds <float32>[len(distances)])``.
+
+  Raises:
+    ValueError: for a distance outside [1, T - 1].
+
+  References:
+    Pascanu, Mikolov & Bengio (2013), eq. 7; seed note 001, "why the product
+    explodes or vanishes".
+  """
+  steps = states.shape[1]
+  longest = max(distances)
+  if min(distances) < 1 or longest > steps - 1:
+    raise ValueError(f'distances: expected values in [1, T - 1] = [1, {steps - 1}], '
+                     f'got {tuple(distances)}')
+  derivatives = activation_derivative(states, activation)  # [B, T, H]
+  # Row layout: a perturbation e of h_{t-n} reaches h_t as e M_n with
+  # M_n = W D_{t-n+1} W D_{t-n+2} ... W D_t, so M_{n+1} = W D_{t-n} M_n.
+  def one_sequence(derivative):
+    def step(product, d):
+      product = (w_hh * d[None, :]) @ product
+      return product, jnp.linalg.norm(product, ord=2)
+    reversed_derivatives = derivative[::-1][:longest]  # D_t, D_{t-1}, ...
+    _, norms = jax.lax.scan(step, jnp.eye(w_hh.shape[0], dtype=w_hh.dtype), reversed_derivatives)
+    return norms  # norms[n - 1] = ||M_n||
+  norms = jax.vmap(one_sequence)(derivatives)
+  index = jnp.asarray(distances) - 1
+  bounds = largest_singular_value(w_hh) ** jnp.asarray(distances, w_hh.dtype)
+  return norms[:, index], bounds
+
+
+def growth_rate(ratios, distances):
+  """Per-step growth (||dL/dh_{t-k}|| / ||dL/dh_t||)^(1/k) for each k.
+
+  Below 1 the gradient vanishes geometrically, above 1 it explodes; compare
+  with the spectral radius rho(W_hh) and sigma_max(W_hh).
+
+  Args:
+    ratios: ``[..., len(distances)]`` profile ratios (``gradient_norm_profile``).
+    distances: the k of each ratio.
+
+  Returns:
+    ``[..., len(distances)]`` per-step rates.
+  """
+  return ratios ** (1.0 / jnp.asarray(distances, jnp.float32))
+
+
+def norm_table(row_name: str, rows: dict, columns) -> tuple[str, str]:
+  """A gradient-norm table as Markdown and as CSV text.
+
+  Args:
+    row_name: header of the first column (e.g. 'spectral_radius').
+    rows: ``{row label: {column label: value}}``; a missing value is '-'.
+    columns: column labels in order (e.g. distances).
+
+  Returns:
+    ``(markdown, csv)`` strings; numbers in the Markdown as 3 significant
+    digits in scientific notation, in the CSV as Python's repr.
+  """
+  header = [row_name] + [str(c) for c in columns]
+  markdown = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
+  csv_lines = [','.join(header)]
+  for label, values in rows.items():
+    cells = [values.get(c) for c in columns]
+    markdown.append('| ' + ' | '.join([str(label)] + [
+        '-' if v is None else (f'{v:.2e}' if isinstance(v, float) else str(v)) for v in cells])
+                    + ' |')
+    csv_lines.append(','.join([str(label)] + ['' if v is None else repr(v) for v in cells]))
+  return '\n'.join(markdown) + '\n', '\n'.join(csv_lines) + '\n'

@@ -54,7 +54,8 @@ def spectral_radius(matrix) -> jax.Array:
       return np.float32(np.nan)
     return np.float32(np.max(np.abs(np.linalg.eigvals(m))))
 
-  return jax.pure_callback(host_radius, jax.ShapeDtypeStruct((), jnp.float32), matrix)
+  return jax.pure_callback(host_radius, jax.ShapeDtypeStruct((), jnp.float32), matrix,
+                           vmap_method='sequential')
 
 
 def gaussian_at_radius(key, hidden_size: int, radius: float) -> jax.Array:

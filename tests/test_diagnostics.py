@@ -63,3 +63,72 @@ def test_linear_orthogonal_profile_is_rho_to_the_k(key, rho):
   distances = (1, 2, 5, 10)
   np.testing.assert_allclose(diagnostics.gradient_norm_profile(grads, distances),
                              [rho ** k for k in distances], rtol=1e-5)
+
+
+def orthogonal_float64(seed, size):
+  q, r = np.linalg.qr(np.random.default_rng(seed).normal(size=(size, size)))
+  return q * np.sign(np.diag(r))
+
+
+@pytest.mark.parametrize('rho', [0.5, 0.9, 1.0, 1.3])
+def test_linear_orthogonal_norms_are_rho_to_the_k_for_any_start(rho):
+  # Closed form: with phi linear and W_hh = rho Q, ||delta W_hh^k|| = rho^k ||delta|| for every delta.
+  with jax.enable_x64(True):
+    w_hh = jnp.asarray(rho * orthogonal_float64(0, H))
+    params = {'W_xh': jnp.zeros((D, H)), 'W_hh': w_hh, 'b': jnp.zeros((H,))}
+    distances = (1, 2, 5, 10, 11)
+    for start in range(5):  # five random starting vectors dL/dh_T
+      readout = jnp.asarray(np.random.default_rng(start + 1).normal(size=(1, H)))
+      _, grads = diagnostics.state_gradients(
+          cells.elman('linear'), params, jnp.zeros((1, T, D)), jnp.ones((1, H)),
+          lambda states: jnp.sum(states[:, -1] * readout))
+      np.testing.assert_allclose(diagnostics.gradient_norm_profile(grads, distances),
+                                 [rho ** k for k in distances], rtol=1e-6)
+    states = jnp.asarray(np.random.default_rng(9).normal(size=(3, T, H)))
+    norms, bounds = diagnostics.jacobian_product_norms(states, w_hh, distances, 'linear')
+    np.testing.assert_allclose(norms, np.tile([rho ** k for k in distances], (3, 1)), rtol=1e-6)
+    np.testing.assert_allclose(bounds, [rho ** k for k in distances], rtol=1e-6)
+
+
+@pytest.mark.parametrize('rho', [0.8, 1.5])
+def test_tanh_products_are_bounded_by_sigma_max_to_the_k(key, rho):
+  k1, k2 = jax.random.split(key)
+  params = cells.init_elman(k1, D, H, 'gaussian', radius=rho)
+  states, _ = recurrence.scan(cells.elman('tanh'), params, jax.random.normal(k2, (4, T, D)),
+                              jnp.zeros((4, H)))
+  distances = tuple(range(1, T))
+  norms, bounds = diagnostics.jacobian_product_norms(states, params['W_hh'], distances)
+  sigma = float(np.linalg.norm(np.asarray(params['W_hh']), 2))
+  np.testing.assert_allclose(bounds, [sigma ** k for k in distances], rtol=1e-5)
+  assert np.all(np.asarray(norms) <= np.asarray(bounds)[None] * (1 + 1e-5))
+  assert np.all(np.asarray(norms)[:, -1] < np.asarray(bounds)[-1])  # tanh' < 1 bites
+
+
+def test_jacobian_product_matches_autodiff(key):
+  # ||dh_t/dh_{t-n}|| from the stored states equals the spectral norm of jax.jacobian.
+  k1, k2 = jax.random.split(key)
+  params = cells.init_elman(k1, D, H, 'gaussian', radius=1.2)
+  inputs = jax.random.normal(k2, (1, T, D))
+  states, _ = recurrence.scan(cells.elman('tanh'), params, inputs, jnp.zeros((1, H)))
+  n = 4
+  def last_from(h):  # run steps T-n .. T-1 from h = h_{T-1-n}
+    _, final = recurrence.scan(cells.elman('tanh'), params, inputs[:, T - n:], h[None])
+    return final[0]
+  jacobian = jax.jacobian(last_from)(states[0, T - 1 - n])
+  norms, _ = diagnostics.jacobian_product_norms(states, params['W_hh'], (n,))
+  assert float(norms[0, 0]) == pytest.approx(float(np.linalg.norm(np.asarray(jacobian), 2)),
+                                             rel=1e-5)
+
+
+def test_growth_rate_and_table():
+  rates = diagnostics.growth_rate(jnp.asarray([0.5 ** 2, 0.5 ** 10]), (2, 10))
+  np.testing.assert_allclose(rates, [0.5, 0.5], rtol=1e-6)
+  markdown, csv = diagnostics.norm_table('spectral_radius', {0.7: {20: 8.05e-05, 40: 1.4e-08}},
+                                         (20, 40, 60))
+  assert markdown.splitlines()[2] == '| 0.7 | 8.05e-05 | 1.40e-08 | - |'
+  assert csv.splitlines() == ['spectral_radius,20,40,60', '0.7,8.05e-05,1.4e-08,']
+
+
+def test_distances_outside_the_sequence_are_named(key):
+  with pytest.raises(ValueError, match=r'distances: expected values in \[1, T - 1\] = \[1, 11\]'):
+    diagnostics.jacobian_product_norms(jnp.zeros((1, T, H)), jnp.eye(H), (12,))
