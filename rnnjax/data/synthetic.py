@@ -1,0 +1,121 @@
+"""The classic long-range synthetic tasks, as batches drawn from a key.
+
+Each generator is a pure function ``task(key, batch_size, length) ->
+(inputs, targets)`` usable under ``jit`` and ``vmap`` (sizes static), and
+each task states the loss of its trivial baseline, the model that ignores
+what it must remember.
+
+References:
+  Hochreiter & Schmidhuber (1997), "Long short-term memory", experiments 4
+  (adding) and 6a (temporal order).
+  Le, Jaitly & Hinton (2015), "A simple way to initialize recurrent networks
+  of rectified linear units", section 4.1 (adding).
+  Pascanu, Mikolov & Bengio (2013), section 5.1 (temporal order, adding,
+  noiseless memorization).
+  Arjovsky, Shah & Bengio (2016), "Unitary evolution RNNs", the copy task.
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+# Always predicting 1 (the mean of a sum of two U(0, 1)) has MSE Var = 2/12.
+ADDING_BASELINE_MSE = 1.0 / 6.0
+TEMPORAL_ORDER_CLASSES = 4  # XX, XY, YX, YY
+TEMPORAL_ORDER_SYMBOLS = 6  # a, b, c, d (distractors), X, Y
+TEMPORAL_ORDER_BASELINE_LOSS = math.log(TEMPORAL_ORDER_CLASSES)  # uniform guess, nats
+COPY_ALPHABET = 8  # data symbols 1..8; 0 is blank, 9 the delimiter
+COPY_SYMBOLS = COPY_ALPHABET + 2
+
+
+def _check(batch_size, length, minimum):
+  if not isinstance(batch_size, int) or batch_size < 1:
+    raise ValueError(f'batch_size: expected an int >= 1, got {batch_size!r}')
+  if not isinstance(length, int) or length < minimum:
+    raise ValueError(f'length: expected an int T >= {minimum}, got {length!r}')
+
+
+def adding(key, batch_size: int, length: int):
+  """The adding problem: add the two marked numbers of a sequence.
+
+  Channel 0 holds U(0, 1) numbers, channel 1 marks two positions with 1, one
+  in each half of the sequence (Le et al. 2015); the target is the sum of
+  the two marked numbers, read from the last state.
+
+  Returns:
+    ``(inputs <float32>[B, T, 2], targets <float32>[B, 1])``. The trivial
+    baseline (predict 1) has MSE 1/6 = 0.167 (``ADDING_BASELINE_MSE``).
+
+  Raises:
+    ValueError: for B < 1 or T < 2.
+  """
+  _check(batch_size, length, 2)
+  key_values, key_first, key_second = jax.random.split(key, 3)
+  values = jax.random.uniform(key_values, (batch_size, length))
+  half = length // 2
+  first = jax.random.randint(key_first, (batch_size,), 0, half)
+  second = jax.random.randint(key_second, (batch_size,), half, length)
+  steps = jnp.arange(length)[None, :]
+  markers = ((steps == first[:, None]) | (steps == second[:, None])).astype(jnp.float32)
+  targets = jnp.sum(values * markers, axis=1, keepdims=True)
+  return jnp.stack([values, markers], axis=-1), targets
+
+
+def temporal_order(key, batch_size: int, length: int):
+  """The temporal-order problem: which of X, Y came first, and which second.
+
+  A sequence of distractors a-d holds two relevant symbols, each X or Y, at
+  a random step in [0.1 T, 0.2 T) and one in [0.5 T, 0.6 T); the class of the
+  sequence is XX, XY, YX or YY (0 to 3), read from the last state.
+
+  Returns:
+    ``(inputs <float32>[B, T, 6] one-hot, targets <int32>[B])``. The trivial
+    baseline (uniform guess) has cross-entropy ln 4 = 1.386 nats and
+    accuracy 25%.
+
+  Raises:
+    ValueError: for B < 1 or T < 10.
+  """
+  _check(batch_size, length, 10)
+  key_noise, key_first, key_second, key_class = jax.random.split(key, 4)
+  symbols = jax.random.randint(key_noise, (batch_size, length), 0, 4)
+  first = jax.random.randint(key_first, (batch_size,), length // 10, max(length // 5, length // 10 + 1))
+  second = jax.random.randint(key_second, (batch_size,), length // 2,
+                              max(3 * length // 5, length // 2 + 1))
+  classes = jax.random.randint(key_class, (batch_size,), 0, TEMPORAL_ORDER_CLASSES)
+  steps = jnp.arange(length)[None, :]
+  symbols = jnp.where(steps == first[:, None], 4 + classes[:, None] // 2, symbols)
+  symbols = jnp.where(steps == second[:, None], 4 + classes[:, None] % 2, symbols)
+  return jax.nn.one_hot(symbols, TEMPORAL_ORDER_SYMBOLS), classes.astype(jnp.int32)
+
+
+def copy(key, batch_size: int, length: int, memory: int = 10):
+  """The copy (memory) task: reproduce ``memory`` symbols after a delay of T steps.
+
+  Inputs: ``memory`` symbols from 1..8, then T - 1 blanks (0), the delimiter
+  (9), then ``memory`` blanks. Targets: blanks until the delimiter has been
+  read, then the ``memory`` symbols. Total length T + 2 memory.
+
+  Returns:
+    ``(inputs <float32>[B, T + 2M, 10] one-hot, targets <int32>[B, T + 2M])``.
+    The trivial baseline (blanks, then a uniform guess over the 8 symbols)
+    has cross-entropy M ln 8 / (T + 2M) nats per step (``copy_baseline_loss``).
+
+  Raises:
+    ValueError: for B < 1, T < 1 or memory < 1.
+  """
+  _check(batch_size, length, 1)
+  if not isinstance(memory, int) or memory < 1:
+    raise ValueError(f'memory: expected an int >= 1, got {memory!r}')
+  data = jax.random.randint(key, (batch_size, memory), 1, COPY_ALPHABET + 1)
+  blanks = lambda n: jnp.zeros((batch_size, n), jnp.int32)
+  inputs = jnp.concatenate([data, blanks(length - 1), jnp.full((batch_size, 1), COPY_SYMBOLS - 1),
+                            blanks(memory)], axis=1)
+  targets = jnp.concatenate([blanks(length + memory), data], axis=1)
+  return jax.nn.one_hot(inputs, COPY_SYMBOLS), targets.astype(jnp.int32)
+
+
+def copy_baseline_loss(length: int, memory: int = 10) -> float:
+  """Cross-entropy per step, in nats, of the memoryless copy-task baseline."""
+  return memory * math.log(COPY_ALPHABET) / (length + 2 * memory)
