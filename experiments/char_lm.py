@@ -29,12 +29,17 @@ from rnnjax.data import text
 from rnnjax.train import language_model
 from rnnjax.train import optimizers
 
-_CONFIG = config_flags.DEFINE_config_file(
-    'config', None, 'Path to a config file with get_config(), e.g. '
-    'experiments/configs/char_lm.py; override fields with --config.NAME=VALUE.')
-_WORKDIR = flags.DEFINE_string(
-    'workdir', None, 'Folder for this run: config.json, metrics.jsonl, summary.json, checkpoint/.')
-flags.mark_flags_as_required(['config', 'workdir'])
+FLAGS = flags.FLAGS
+
+
+def define_flags():
+  """Defines the command-line flags (only when run as a program, so the module imports cleanly)."""
+  config_flags.DEFINE_config_file(
+      'config', None, 'Path to a config file with get_config(), e.g. '
+      'experiments/configs/char_lm.py; override fields with --config.NAME=VALUE.')
+  flags.DEFINE_string(
+      'workdir', None, 'Folder for this run: config.json, metrics.jsonl, summary.json, checkpoint/.')
+  flags.mark_flags_as_required(['config', 'workdir'])
 
 
 def write_json_atomically(path: pathlib.Path, record: dict) -> None:
@@ -98,19 +103,20 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   logging.get_absl_handler().addFilter(lambda record: 'orbax' not in record.pathname)
-  summary = run(_CONFIG.value, pathlib.Path(_WORKDIR.value))
+  summary = run(FLAGS.config, pathlib.Path(FLAGS.workdir))
   if summary['status'] == 'diverged':
     print(f'diverged at step {summary["diverged_step"]} (non-finite loss); see '
-          f'{_WORKDIR.value}/metrics.jsonl')
+          f'{FLAGS.workdir}/metrics.jsonl')
     return
   print(f'validation loss {summary["validation_loss"]:.4f} nats/char '
         f'({summary["validation_bits_per_char"]:.3f} bits/char; chance '
         f'{summary["chance_loss"]:.3f} nats) after {summary["steps_done"]} steps, '
         f'{summary["elapsed_seconds"]:.0f} s')
   print(f'--- greedy sample ---\n{summary["sample_greedy"]}')
-  print(f'--- sample at temperature {_CONFIG.value.sample_temperature} ---\n'
+  print(f'--- sample at temperature {FLAGS.config.sample_temperature} ---\n'
         f'{summary["sample_temperature"]}')
 
 
 if __name__ == '__main__':
+  define_flags()
   app.run(main)

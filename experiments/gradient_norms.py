@@ -33,17 +33,22 @@ from rnnjax import models
 from rnnjax.data import corpora
 from rnnjax.data import text
 
-_SOURCE = flags.DEFINE_enum('source', 'seed', ['seed', 'jax', 'network'],
-                            'seed: seed note 001 verbatim (numpy); jax: the same study over many '
-                            'jax.random seeds; network: BPTT through a char_lm network.')
-_WORKDIR = flags.DEFINE_string('workdir', 'results/gradient_norms',
-                               'Folder for the table (.md, .csv) and the plot (.png).')
-_SEEDS = flags.DEFINE_integer('seeds', 256, 'jax: number of random seeds, vmapped.')
-_RADII = flags.DEFINE_list('radii', None, 'Spectral radii; default 0.7,1.0,1.3 (seed), '
-                           '0.5,0.6,...,1.5 (jax), 0.5,0.9,1.0,1.1,1.5 (network).')
-_RUN = flags.DEFINE_string('run', None, 'network: workdir of a finished experiments.char_lm run.')
-_WINDOW = flags.DEFINE_integer('window', 61, 'network: steps of text per sequence (distances '
-                               'up to window - 1).')
+FLAGS = flags.FLAGS
+
+
+def define_flags():
+  """Defines the command-line flags (only when run as a program, so the module imports cleanly)."""
+  flags.DEFINE_enum('source', 'seed', ['seed', 'jax', 'network'],
+                              'seed: seed note 001 verbatim (numpy); jax: the same study over many '
+                              'jax.random seeds; network: BPTT through a char_lm network.')
+  flags.DEFINE_string('workdir', 'results/gradient_norms',
+                                 'Folder for the table (.md, .csv) and the plot (.png).')
+  flags.DEFINE_integer('seeds', 256, 'jax: number of random seeds, vmapped.')
+  flags.DEFINE_list('radii', None, 'Spectral radii; default 0.7,1.0,1.3 (seed), '
+                             '0.5,0.6,...,1.5 (jax), 0.5,0.9,1.0,1.1,1.5 (network).')
+  flags.DEFINE_string('run', None, 'network: workdir of a finished experiments.char_lm run.')
+  flags.DEFINE_integer('window', 61, 'network: steps of text per sequence (distances '
+                                 'up to window - 1).')
 
 HIDDEN_SIZE, STEPS, REPORTED = 64, 60, (20, 40, 60)
 DEFAULT_RADII = {'seed': (0.7, 1.0, 1.3),
@@ -205,9 +210,9 @@ def write_table(workdir: pathlib.Path, name: str, row_name: str, rows: dict, col
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  source = _SOURCE.value
-  radii = tuple(float(r) for r in _RADII.value) if _RADII.value else DEFAULT_RADII[source]
-  workdir = pathlib.Path(_WORKDIR.value)
+  source = FLAGS.source
+  radii = tuple(float(r) for r in FLAGS.radii) if FLAGS.radii else DEFAULT_RADII[source]
+  workdir = pathlib.Path(FLAGS.workdir)
   workdir.mkdir(parents=True, exist_ok=True)
   name = f'gradient_norms_{source}'
   steps = np.arange(1, STEPS + 1)
@@ -221,7 +226,7 @@ def main(argv):
     plot({f'rho={rho}': (steps, n) for rho, n in norms.items()}, workdir / f'{name}.png',
          'backward steps k', ylabel, 'seed note 001: linearised BPTT, H = 64, N(0, 0.3)')
   elif source == 'jax':
-    log_norms = np.asarray(jax_study(jax.random.key(0), radii, _SEEDS.value), np.float64)
+    log_norms = np.asarray(jax_study(jax.random.key(0), radii, FLAGS.seeds), np.float64)
     median = np.exp(np.median(log_norms, axis=1))  # [R, 60]; exp commutes with quantiles
     low = np.exp(np.percentile(log_norms, 10, axis=1))
     high = np.exp(np.percentile(log_norms, 90, axis=1))
@@ -236,12 +241,12 @@ def main(argv):
     table = write_table(workdir, name, 'spectral_radius', rows, columns)
     plot({f'rho={rho}': (steps, median[i]) for i, rho in enumerate(radii)},
          workdir / f'{name}.png', 'backward steps k', ylabel,
-         f'jax.random, {_SEEDS.value} seeds: median, 10th-90th percentile',
+         f'jax.random, {FLAGS.seeds} seeds: median, 10th-90th percentile',
          bands={f'rho={rho}': (low[i], high[i]) for i, rho in enumerate(radii)})
   else:
-    if not _RUN.value:
+    if not FLAGS.run:
       raise app.UsageError('--source=network needs --run=<workdir of a finished char_lm run>')
-    profiles, distances = network_study(pathlib.Path(_RUN.value), radii, _WINDOW.value)
+    profiles, distances = network_study(pathlib.Path(FLAGS.run), radii, FLAGS.window)
     shown = [k for k in (1, 2, 5, 10, 20, 40, 60) if k in distances]
     rows = {label: {k: float(p[k - 1]) for k in shown} for label, p in profiles.items()}
     table = write_table(workdir, name, 'network', rows, shown)
@@ -253,4 +258,5 @@ def main(argv):
 
 
 if __name__ == '__main__':
+  define_flags()
   app.run(main)

@@ -30,15 +30,20 @@ from ml_collections import config_flags
 
 from rnnjax import cells
 from rnnjax import diagnostics
-from rnnjax import recurrence
+from rnnjax import fused
 from rnnjax.data import synthetic
 from rnnjax.train import optimizers
 
-_CONFIG = config_flags.DEFINE_config_file(
-    'config', 'experiments/configs/long_range.py',
-    'Config file with get_config(); override fields with --config.NAME=VALUE.')
-_WORKDIR = flags.DEFINE_string('workdir', 'results/long_range',
-                               'Folder for config.json, results.md/.csv, runs.json, heatmaps.')
+FLAGS = flags.FLAGS
+
+
+def define_flags():
+  """Defines the command-line flags (only when run as a program, so the module imports cleanly)."""
+  config_flags.DEFINE_config_file(
+      'config', 'experiments/configs/long_range.py',
+      'Config file with get_config(); override fields with --config.NAME=VALUE.')
+  flags.DEFINE_string('workdir', 'results/long_range',
+                                 'Folder for config.json, results.md/.csv, runs.json, heatmaps.')
 
 INIT_ACTIVATIONS = {'gaussian': 'tanh', 'orthogonal': 'tanh', 'identity': 'relu'}
 
@@ -105,7 +110,8 @@ def make_run(config, length: int, activation: str):
     return (states if every_step else states[:, -1]) @ params['W_out'] + params['b_out']
 
   def loss(params, inputs, targets):
-    states, _ = recurrence.scan(cell, params['cell'], inputs, jnp.zeros((inputs.shape[0], hidden)))
+    states, _ = fused.elman_layer(params['cell'], inputs, jnp.zeros((inputs.shape[0], hidden)),
+                                  activation=activation)
     return loss_and_error(readout(params, states), targets)
 
   def profile(params, inputs, targets):
@@ -252,11 +258,11 @@ def plot_heatmaps(config, rows, workdir: pathlib.Path) -> list[pathlib.Path]:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  config = _CONFIG.value
+  config = FLAGS.config
   for spec in config.inits:
     parse_init(spec)  # fail before any training
   task_functions(config, max(config.lengths))
-  workdir = pathlib.Path(_WORKDIR.value)
+  workdir = pathlib.Path(FLAGS.workdir)
   workdir.mkdir(parents=True, exist_ok=True)
   (workdir / 'config.json').write_text(config.to_json_best_effort(indent=2) + '\n')
   started = time.perf_counter()
@@ -272,4 +278,5 @@ def main(argv):
 
 
 if __name__ == '__main__':
+  define_flags()
   app.run(main)

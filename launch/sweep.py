@@ -29,16 +29,21 @@ from absl import flags
 from absl import logging
 import tqdm
 
-_CONFIG = flags.DEFINE_string(
-    'config', 'experiments/configs/char_lm.py',
-    'Config file with get_config() and get_sweep(); experiments/configs/NAME.py runs '
-    'experiments.NAME.')
-_WORKDIR = flags.DEFINE_string('workdir', 'results/char_lm_sweep',
-                               'Sweep folder: one subfolder per run, plus the tables and plot.')
-_PROCESSES = flags.DEFINE_integer('processes', os.cpu_count() or 1,
-                                  'Runs at a time (default: the number of cores).')
-_THREADS_PER_RUN = flags.DEFINE_integer(
-    'threads_per_run', 0, 'CPU threads each run may use; 0: cores / processes (at least 1).')
+FLAGS = flags.FLAGS
+
+
+def define_flags():
+  """Defines the command-line flags (only when run as a program, so the module imports cleanly)."""
+  flags.DEFINE_string(
+      'config', 'experiments/configs/char_lm.py',
+      'Config file with get_config() and get_sweep(); experiments/configs/NAME.py runs '
+      'experiments.NAME.')
+  flags.DEFINE_string('workdir', 'results/char_lm_sweep',
+                                 'Sweep folder: one subfolder per run, plus the tables and plot.')
+  flags.DEFINE_integer('processes', os.cpu_count() or 1,
+                                    'Runs at a time (default: the number of cores).')
+  flags.DEFINE_integer(
+      'threads_per_run', 0, 'CPU threads each run may use; 0: cores / processes (at least 1).')
 
 ENDED = ('finished', 'diverged')
 PROFILE_COLUMNS = ('1', '2', '5', '10', '20', '40')
@@ -177,14 +182,14 @@ def plot_profiles(rows: list[dict], keys: list[str], path: pathlib.Path) -> None
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  config_path = _CONFIG.value
+  config_path = FLAGS.config
   sweep = load_config_module(config_path).get_sweep()
   module = 'experiments.' + pathlib.Path(config_path).stem
   keys = swept_keys(sweep)
-  workdir = pathlib.Path(_WORKDIR.value)
+  workdir = pathlib.Path(FLAGS.workdir)
   workdir.mkdir(parents=True, exist_ok=True)
-  processes = max(1, _PROCESSES.value)
-  threads = _THREADS_PER_RUN.value or max(1, (os.cpu_count() or 1) // processes)
+  processes = max(1, FLAGS.processes)
+  threads = FLAGS.threads_per_run or max(1, (os.cpu_count() or 1) // processes)
 
   folders = [workdir / run_name(o, keys) for o in sweep]
   summaries = [read_summary(f) for f in folders]
@@ -219,4 +224,5 @@ def main(argv):
 
 
 if __name__ == '__main__':
+  define_flags()
   app.run(main)

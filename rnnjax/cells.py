@@ -49,11 +49,11 @@ def elman_cell(params, carry, x, activation: str = 'tanh'):
                      f'[{input_size}, {hidden_size}]), got shape {x.shape} per step')
   if carry.shape[-1] != hidden_size:
     raise ValueError(f'initial_state: expected last axis H = {hidden_size}, got shape {carry.shape}')
-  h = ACTIVATIONS[activation](x @ params['W_xh'] + carry @ params['W_hh'] + _bias(params))
+  h = ACTIVATIONS[activation](x @ params['W_xh'] + carry @ params['W_hh'] + bias(params))
   return h, h
 
 
-def _bias(params):
+def bias(params):
   """The summed bias: ``b``, plus PyTorch's second bias ``b_hh`` where present."""
   return params['b'] + params['b_hh'] if 'b_hh' in params else params['b']
 

@@ -1,9 +1,11 @@
 """flax.linen wrappers: embedding -> Elman recurrence -> linear head.
 
-The modules only hold parameters; the computation is ``rnnjax.cells`` and
-``rnnjax.recurrence``. The Elman layer stores its cell params as one dict
-(``params['recurrence']['cell'] = {'W_xh', 'W_hh', 'b'}``), so they can be
-handed to the pure functions as they are.
+The modules only hold parameters; the computation is ``rnnjax.fused`` (the
+Elman layer with its hand-written backward pass, equal to autodiff of
+``rnnjax.recurrence.scan`` over ``rnnjax.cells.elman_cell``). The Elman layer
+stores its cell params as one dict (``params['recurrence']['cell'] =
+{'W_xh', 'W_hh', 'b'}``), so they can be handed to the pure functions as
+they are.
 """
 
 import flax.linen as nn
@@ -11,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from rnnjax import cells
-from rnnjax import recurrence
+from rnnjax import fused
 
 
 class Elman(nn.Module):
@@ -35,8 +37,7 @@ class Elman(nn.Module):
     params = self.param('cell', lambda key: cells.init_elman(
         key, inputs.shape[-1], self.hidden_size, self.recurrent_init, self.radius,
         biases=self.biases))
-    return recurrence.scan(cells.elman(self.activation), params, inputs, initial_state,
-                           lengths, reverse)
+    return fused.elman_layer(params, inputs, initial_state, lengths, reverse, self.activation)
 
 
 class CharLanguageModel(nn.Module):

@@ -11,7 +11,13 @@ import jax.numpy as jnp
 import numpy as np
 
 
-def _check_inputs(inputs, initial_state, lengths):
+def check_inputs(inputs, initial_state, lengths):
+  """Validates ``[B, T, d]`` inputs, a ``[B, ...]`` initial state and ``<int>[B]``
+  lengths in [0, T] (values only when concrete, not under ``jit``).
+
+  Raises:
+    ValueError: naming the argument, with the expected and the given shape or value.
+  """
   if inputs.ndim != 3:
     raise ValueError(f'inputs: expected rank 3 [B, T, d], got shape {inputs.shape}')
   batch, steps = inputs.shape[:2]
@@ -78,7 +84,7 @@ def scan(cell, params, inputs, initial_state, lengths=None, reverse=False, unrol
     ValueError: for inputs not of rank 3, an initial state of another batch
       size, or lengths of the wrong shape, dtype or range.
   """
-  _check_inputs(inputs, initial_state, lengths)
+  check_inputs(inputs, initial_state, lengths)
   if reverse:
     inputs = reverse_within_lengths(inputs, lengths)
   time_major = jnp.swapaxes(inputs, 0, 1)  # [T, B, d]
@@ -125,7 +131,7 @@ def truncated_scan(cell, params, inputs, initial_state, truncation, unroll=1):
   """
   if not isinstance(truncation, (int, np.integer)) or truncation < 1:
     raise ValueError(f'truncation: expected an int tau >= 1, got {truncation!r}')
-  _check_inputs(inputs, initial_state, None)
+  check_inputs(inputs, initial_state, None)
   outputs, state = [], initial_state
   for start in range(0, inputs.shape[1], truncation):
     window_outputs, state = scan(cell, params, inputs[:, start:start + truncation],

@@ -76,7 +76,7 @@ def test_skip_on_divergence_skips_non_finite_updates(gradients):
   updates, state = optimizer.update(bad, optimizer.init(params), params)
   for name in updates:
     np.testing.assert_array_equal(updates[name], 0.0)
-  assert int(state.total_notfinite) == 1
+  assert int(state.inner_state.total_notfinite) == 1
 
 
 @pytest.mark.parametrize('kwargs, message', [
@@ -91,3 +91,17 @@ def test_skip_on_divergence_skips_non_finite_updates(gradients):
 def test_bad_settings_are_named(kwargs, message):
   with pytest.raises(ValueError, match=message):
     optimizers.make_optimizer(**kwargs)
+
+
+def test_hyperparameters_are_arrays_and_runs_share_one_update(gradients):
+  params = jax.tree_util.tree_map(jnp.zeros_like, gradients)
+  first = optimizers.make_optimizer('adam', 1e-3, 'global_norm', 1.0)
+  second = optimizers.make_optimizer('adam', 3e-2, 'none')
+  assert first.update is second.update  # one compiled step serves both
+  state = second.init(params)
+  assert float(state.hyperparams['learning_rate']) == pytest.approx(3e-2)
+  assert float(state.hyperparams['clip_threshold']) == float('inf')
+  # With no clipping the update is Adam's own: the first step is -lr * sign(g).
+  updates, _ = second.update(gradients, state, params)
+  np.testing.assert_allclose(updates['b'], -3e-2 * np.sign(gradients['b']), rtol=1e-4)
+  assert first.update is not optimizers.make_optimizer('sgd', 1e-3).update

@@ -7,10 +7,11 @@ The default sweeps the adding problem over T in {10, 25, 50, 100}, six
 initializations (Gaussian W_hh at spectral radius 0.5, 1.0, 1.2 and 1.5 with
 tanh, orthogonal with tanh, identity with relu = IRNN) and three clipping
 settings (none, global norm 1 and 10), with 3 seeds each: 216 runs, vmapped
-into one compiled program per T and activation, in about 10 minutes on 2
+into one compiled program per T and activation, in about 7 minutes on 2
 CPU cores. Success: test MSE below 0.01 on 1000 fresh sequences (the trivial
-baseline, always predicting 1, has 0.167). At T = 50 the IRNN succeeds in
-every seed and clipping setting.
+baseline, always predicting 1, has 0.167). Measured: at T = 50 the IRNN
+with global-norm clipping (1 or 10) succeeds in 3 of 3 seeds (test MSE
+about 0.001) and fails without clipping; every tanh init fails at T = 50.
 """
 
 import ml_collections

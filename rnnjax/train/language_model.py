@@ -6,10 +6,17 @@ to window as a value only: it enters the next jitted step as an input, so
 the gradient stops at the window boundary (truncated BPTT, seed note 001).
 It is reset to zero at the start of every pass over the stream.
 
+Runs that share every shape and the optimizer's structure (they may differ
+in initial params, learning rate and clip threshold) train together as a
+group: one ``jax.vmap``ped step over the stacked runs, on the same windows.
+A single run is a group of one. Each step function compiles once per
+(model, optimizer structure, shape).
+
 Units: losses are in nats per token; bits per token = nats / ln 2.
 """
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -17,7 +24,6 @@ import pathlib
 import time
 
 from absl import logging
-from flax.training import train_state
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -71,30 +77,39 @@ class LoopSettings:
                        f'got {self.on_divergence!r}')
 
 
-def make_train_step(model, clipping: str, clip_threshold: float):
-  """A jitted ``step(state, carry, inputs, targets) -> (state, carry, metrics)``.
+@functools.lru_cache(maxsize=None)
+def step_functions(model, update, clipping: str):
+  """Jitted training steps for one model and one optimizer ``update``.
 
-  ``inputs, targets <int32>[B, tau]``, ``carry <float32>[B, H]``; metrics hold
-  the loss (nats), the pre-clip global gradient norm and whether clipping
-  changed the gradient.
+  Returns:
+    ``(step, group_step)``: ``step(params, opt_state, carry, inputs, targets)
+    -> (params, opt_state, carry, metrics)`` with ``inputs, targets
+    <int32>[B, tau]`` and ``carry [B, H]``; ``group_step`` is the same vmapped
+    over a leading run axis of params, opt_state and carry (the data is
+    shared). Metrics: loss (nats), the pre-clip global gradient norm and
+    whether clipping changed the gradient (at ``opt_state.hyperparams
+    ['clip_threshold']``).
   """
   def loss_fn(params, carry, inputs, targets):
     logits, final = model.apply({'params': params}, inputs, carry)
     return cross_entropy(logits, targets), final
 
-  @jax.jit
-  def step(state, carry, inputs, targets):
-    (loss, final), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-        state.params, carry, inputs, targets)
+  def step(params, opt_state, carry, inputs, targets):
+    (loss, final), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, carry, inputs,
+                                                                     targets)
+    threshold = opt_state.hyperparams['clip_threshold']
     metrics = {'loss': loss, 'grad_norm': optax.tree.norm(grads),
-               'clipped': optimizers.was_clipped(grads, clipping, clip_threshold)}
-    return state.apply_gradients(grads=grads), final, metrics
+               'clipped': optimizers.was_clipped(grads, clipping, threshold)}
+    updates, opt_state = update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, final, metrics
 
-  return step
+  return jax.jit(step), jax.jit(jax.vmap(step, in_axes=(0, 0, 0, None, None)))
 
 
-def make_gradient_profile(model, distances):
-  """A jitted ``profile(params, carry, inputs, targets) -> <float32>[len(distances)]``.
+@functools.lru_cache(maxsize=None)
+def group_gradient_profile(model, distances):
+  """A jitted ``profile(params, carry, inputs, targets) -> [R, len(distances)]`` over a
+  group of R runs (params and carry with a leading run axis).
 
   The loss is the window's cross-entropy at its last position, L_T; the
   profile is ||dL_T/dh_{T-k}|| / ||dL_T/dh_T|| for each k, all from one
@@ -102,7 +117,6 @@ def make_gradient_profile(model, distances):
   """
   cell = cells.elman(model.activation)
 
-  @jax.jit
   def profile(params, carry, inputs, targets):
     variables = {'params': params}
     embedded = model.apply(variables, inputs, method=model.embed)
@@ -115,7 +129,19 @@ def make_gradient_profile(model, distances):
                                            last_step_loss)
     return diagnostics.gradient_norm_profile(grads, distances)
 
-  return profile
+  return jax.jit(jax.vmap(profile, in_axes=(0, 0, None, None)))
+
+
+@functools.lru_cache(maxsize=None)
+def _evaluation(model):
+  @jax.jit
+  def run(params, inputs, targets):
+    def window(carry, batch):
+      logits, carry = model.apply({'params': params}, batch[0], carry)
+      return carry, cross_entropy(logits, batch[1])
+    _, losses = jax.lax.scan(window, model.initial_state(inputs.shape[1]), (inputs, targets))
+    return losses.mean()
+  return run
 
 
 def evaluate(model, params, inputs, targets) -> float:
@@ -128,15 +154,7 @@ def evaluate(model, params, inputs, targets) -> float:
   Returns:
     nats per token (a Python float).
   """
-  @jax.jit
-  def run(params, inputs, targets):
-    def window(carry, batch):
-      logits, carry = model.apply({'params': params}, batch[0], carry)
-      return carry, cross_entropy(logits, batch[1])
-    _, losses = jax.lax.scan(window, model.initial_state(inputs.shape[1]), (inputs, targets))
-    return losses.mean()
-
-  return float(run(params, jnp.asarray(inputs), jnp.asarray(targets)))
+  return float(_evaluation(model)(params, jnp.asarray(inputs), jnp.asarray(targets)))
 
 
 def _append_json_line(path: pathlib.Path, record: dict) -> None:
@@ -144,115 +162,166 @@ def _append_json_line(path: pathlib.Path, record: dict) -> None:
     f.write(json.dumps(record) + '\n')
 
 
+def _stack(trees):
+  return jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *trees)
+
+
+def _unstack(tree, count):
+  return [jax.tree_util.tree_map(lambda leaf, i=i: leaf[i], tree) for i in range(count)]
+
+
 def train(model, params, optimizer, inputs, targets, settings: LoopSettings,
           workdir: str | os.PathLike | None = None):
-  """Runs truncated BPTT over the windows of a stream.
-
-  At the first step, every ``log_every`` steps and at the last it logs the step, loss and
-  steps per second, and, if ``workdir`` is given, appends one JSON line to
-  ``workdir/metrics.jsonl``: step, loss (nats, mean since the last line),
-  bits_per_char, grad_norm (pre-clip global norm at this step),
-  max_grad_norm and clipped_fraction since the last line, clipped (this
-  step), spectral_radius of W_hh and the gradient-norm profile. Orbax
-  checkpoints of params and optimizer state go to ``workdir/checkpoint``
-  (written atomically by orbax).
-
-  Args:
-    model: a ``CharLanguageModel``.
-    params: its initial params.
-    optimizer: an optax transformation (``optimizers.make_optimizer``).
-    inputs, targets: ``<int32>[W, B, tau]`` from ``stream_windows``.
-    settings: ``LoopSettings``.
-    workdir: where metrics and checkpoints go; None writes nothing.
+  """Runs truncated BPTT over the windows of a stream: ``train_group`` for one run.
 
   Returns:
-    ``(params, record)``: the final params and a dict with steps_done,
-    diverged, diverged_step, skipped_steps, clipped_fraction, max_grad_norm,
-    final_train_loss (nats, mean of the last logged interval) and
-    first_profile / last_profile.
+    ``(params, record)`` as one element of ``train_group``'s lists.
   """
+  params, records = train_group(model, [params], [optimizer], inputs, targets, settings,
+                                None if workdir is None else [workdir])
+  return params[0], records[0]
+
+
+def train_group(model, params, optimizers_, inputs, targets, settings: LoopSettings,
+                workdirs=None):
+  """Trains R runs together, one vmapped step per window, on the same windows.
+
+  At the first step, every ``log_every`` steps and at the last it logs each
+  run's step, loss and steps per second, and, if workdirs are given, appends
+  one JSON line to ``<workdir>/metrics.jsonl``: step, loss (nats, mean since
+  the last line), bits_per_char, grad_norm (pre-clip global norm at this
+  step), max_grad_norm and clipped_fraction since the last line, clipped
+  (this step), spectral_radius of W_hh and the gradient-norm profile. Orbax
+  checkpoints of params and optimizer state go to ``<workdir>/checkpoint``
+  (written atomically by orbax). A run whose loss turns NaN/Inf with
+  on_divergence='stop' is marked diverged at that step and records nothing
+  more (its lane of the vmapped step runs on, ignored); the loop ends when
+  every run has diverged.
+
+  Args:
+    model: a ``CharLanguageModel`` (its apply; the runs' own init settings,
+      such as the spectral radius, are already in their params).
+    params: list of R params pytrees of that model.
+    optimizers_: list of R ``optimizers.make_optimizer`` results that share
+      one ``update`` (same optimizer, clipping family and divergence policy).
+    inputs, targets: ``<int32>[W, B, tau]`` from ``stream_windows``.
+    settings: ``LoopSettings``.
+    workdirs: list of R folders, or None to write nothing.
+
+  Returns:
+    ``(params, records)``: lists of R final params and R dicts with
+    steps_done, diverged, diverged_step, skipped_steps, clipped_fraction,
+    max_grad_norm, final_train_loss (nats, mean of the last logged interval)
+    and first_profile / last_profile.
+
+  Raises:
+    ValueError: if the optimizers do not share one update function or the
+      list lengths differ.
+  """
+  runs = len(params)
+  if len(optimizers_) != runs or (workdirs is not None and len(workdirs) != runs):
+    raise ValueError(f'optimizers_, workdirs: expected {runs} of each (one per run), got '
+                     f'{len(optimizers_)} and {None if workdirs is None else len(workdirs)}')
+  if any(o.update is not optimizers_[0].update for o in optimizers_):
+    raise ValueError('optimizers_: expected runs that share one optimizer structure '
+                     '(optimizer, clipping family, on_divergence), got several')
   windows = inputs.shape[0]
   distances = diagnostics.profile_distances(inputs.shape[2], settings.profile_distances)
-  step_fn = make_train_step(model, settings.clipping, settings.clip_threshold)
-  profile_fn = make_gradient_profile(model, distances)
-  state = train_state.TrainState.create(apply_fn=model.apply, params=params, tx=optimizer)
-  initial = model.initial_state(inputs.shape[1])
+  _, group_step = step_functions(model, optimizers_[0].update, settings.clipping)
+  profile_fn = group_gradient_profile(model, distances)
+  stacked = _stack(params)
+  opt_state = _stack([o.init(p) for o, p in zip(optimizers_, params)])
+  initial = jnp.zeros((runs,) + model.initial_state(inputs.shape[1]).shape, jnp.float32)
   inputs, targets = jnp.asarray(inputs), jnp.asarray(targets)
-  metrics_path = checkpoints = None
-  if workdir is not None:
-    metrics_path = pathlib.Path(workdir) / 'metrics.jsonl'
-    metrics_path.unlink(missing_ok=True)
-    checkpoints = ocp.CheckpointManager(
-        pathlib.Path(workdir).absolute() / 'checkpoint',
-        options=ocp.CheckpointManagerOptions(max_to_keep=1, enable_async_checkpointing=False))
+  metrics_paths, checkpoints = [None] * runs, [None] * runs
+  if workdirs is not None:
+    for i, workdir in enumerate(workdirs):
+      metrics_paths[i] = pathlib.Path(workdir) / 'metrics.jsonl'
+      metrics_paths[i].unlink(missing_ok=True)
+      checkpoints[i] = ocp.CheckpointManager(
+          pathlib.Path(workdir).absolute() / 'checkpoint',
+          options=ocp.CheckpointManagerOptions(max_to_keep=1, enable_async_checkpointing=False))
 
-  record = {'steps_done': 0, 'diverged': False, 'diverged_step': None, 'skipped_steps': 0,
-            'clipped_fraction': 0.0, 'max_grad_norm': 0.0, 'final_train_loss': math.nan,
-            'first_profile': None, 'last_profile': None}
-  pending, clipped_total, carry = [], 0, initial
+  records = [{'steps_done': 0, 'diverged': False, 'diverged_step': None, 'skipped_steps': 0,
+              'clipped_fraction': 0.0, 'max_grad_norm': 0.0, 'final_train_loss': math.nan,
+              'first_profile': None, 'last_profile': None} for _ in range(runs)]
+  clipped_totals = np.zeros(runs, np.int64)
+  pending, carry = [], initial
   started = interval_start = time.perf_counter()
   for step in range(1, settings.steps + 1):
     window = (step - 1) % windows
     if window == 0:
       carry = initial
     window_carry = carry
-    state, carry, metrics = step_fn(state, carry, inputs[window], targets[window])
+    stacked, opt_state, carry, metrics = group_step(stacked, opt_state, carry, inputs[window],
+                                                    targets[window])
     pending.append(metrics)
     if step % settings.log_every and step not in (1, settings.steps):
       continue
     interval = jax.device_get(pending)
     pending = []
-    losses = np.array([m['loss'] for m in interval])
+    now = time.perf_counter()
+    steps_per_second = len(interval) / (now - interval_start)
+    interval_start = now
+    losses = np.array([m['loss'] for m in interval])  # [steps, R]
     norms = np.array([m['grad_norm'] for m in interval])
     clipped = np.array([m['clipped'] for m in interval])
-    finite = np.isfinite(losses)
+    profiles = np.asarray(profile_fn(stacked, window_carry, inputs[window], targets[window]))
     first_step = step - len(interval) + 1
-    if not finite.all():
-      record['skipped_steps'] += int((~finite).sum())
-      if settings.on_divergence == 'stop':
-        record['diverged'] = True
-        record['diverged_step'] = first_step + int(np.argmin(finite))
-        logging.warning('diverged: non-finite loss at step %d; stopping (on_divergence=stop)',
-                        record['diverged_step'])
-        break
-      logging.warning('non-finite loss at %d steps up to step %d; updates skipped '
-                      '(on_divergence=skip)', int((~finite).sum()), step)
-    clipped_total += int(clipped.sum())
-    record['max_grad_norm'] = max(record['max_grad_norm'], float(np.nanmax(norms)))
-    record['steps_done'] = step
-    now = time.perf_counter()
-    profile = dict(zip(map(str, distances),
-                       map(float, profile_fn(state.params, window_carry, inputs[window],
-                                             targets[window]))))
-    record['first_profile'] = record['first_profile'] or profile
-    record['last_profile'] = profile
-    record['final_train_loss'] = float(np.mean(losses[finite])) if finite.any() else math.nan
-    line = {
-        'step': step,
-        'loss': record['final_train_loss'],
-        'bits_per_char': record['final_train_loss'] / math.log(2),
-        'grad_norm': float(norms[-1]),
-        'max_grad_norm': float(np.nanmax(norms)),
-        'clipped': bool(clipped[-1]),
-        'clipped_fraction': float(clipped.mean()),
-        'spectral_radius': float(initializers.spectral_radius(
-            state.params['recurrence']['cell']['W_hh'])),
-        'profile': profile,
-        'steps_per_second': len(interval) / (now - interval_start),
-        'elapsed_seconds': now - started,
-    }
-    interval_start = now
-    logging.info('step %d/%d  loss %.4f nats (%.3f bits/char)  grad norm %.3g  %.1f steps/s',
-                 step, settings.steps, line['loss'], line['bits_per_char'], line['grad_norm'],
-                 line['steps_per_second'])
-    if metrics_path is not None:
-      _append_json_line(metrics_path, line)
-      if step == settings.steps or (settings.checkpoint_every and
-                                    step % settings.checkpoint_every == 0):
-        checkpoints.save(step, args=ocp.args.StandardSave(
-            {'params': state.params, 'opt_state': state.opt_state}))
-  record['clipped_fraction'] = clipped_total / max(record['steps_done'], 1)
-  if checkpoints is not None:
-    checkpoints.wait_until_finished()
-    checkpoints.close()
-  return state.params, record
+    save = workdirs is not None and (step == settings.steps or (
+        settings.checkpoint_every and step % settings.checkpoint_every == 0))
+    if save:
+      run_params, run_opt_states = _unstack(stacked, runs), _unstack(opt_state, runs)
+    for i, record in enumerate(records):
+      if record['diverged']:
+        continue
+      finite = np.isfinite(losses[:, i])
+      if not finite.all():
+        record['skipped_steps'] += int((~finite).sum())
+        if settings.on_divergence == 'stop':
+          record['diverged'] = True
+          record['diverged_step'] = first_step + int(np.argmin(finite))
+          logging.warning('run %d diverged: non-finite loss at step %d; stopping it '
+                          '(on_divergence=stop)', i, record['diverged_step'])
+          continue
+        logging.warning('run %d: non-finite loss at %d steps up to step %d; updates skipped '
+                        '(on_divergence=skip)', i, int((~finite).sum()), step)
+      clipped_totals[i] += int(clipped[:, i].sum())
+      record['max_grad_norm'] = max(record['max_grad_norm'], float(np.nanmax(norms[:, i])))
+      record['steps_done'] = step
+      profile = dict(zip(map(str, distances), map(float, profiles[i])))
+      record['first_profile'] = record['first_profile'] or profile
+      record['last_profile'] = profile
+      record['final_train_loss'] = (float(np.mean(losses[finite, i])) if finite.any()
+                                    else math.nan)
+      w_hh = stacked['recurrence']['cell']['W_hh'][i]
+      line = {
+          'step': step,
+          'loss': record['final_train_loss'],
+          'bits_per_char': record['final_train_loss'] / math.log(2),
+          'grad_norm': float(norms[-1, i]),
+          'max_grad_norm': float(np.nanmax(norms[:, i])),
+          'clipped': bool(clipped[-1, i]),
+          'clipped_fraction': float(clipped[:, i].mean()),
+          'spectral_radius': float(initializers.spectral_radius(w_hh)),
+          'profile': profile,
+          'steps_per_second': steps_per_second,
+          'elapsed_seconds': now - started,
+      }
+      logging.info('%sstep %d/%d  loss %.4f nats (%.3f bits/char)  grad norm %.3g  %.1f steps/s',
+                   f'run {i}: ' if runs > 1 else '', step, settings.steps, line['loss'],
+                   line['bits_per_char'], line['grad_norm'], line['steps_per_second'])
+      if metrics_paths[i] is not None:
+        _append_json_line(metrics_paths[i], line)
+        if save:
+          checkpoints[i].save(step, args=ocp.args.StandardSave(
+              {'params': run_params[i], 'opt_state': run_opt_states[i]}))
+    if all(r['diverged'] for r in records):
+      break
+  for record, total in zip(records, clipped_totals):
+    record['clipped_fraction'] = int(total) / max(record['steps_done'], 1)
+  for manager in checkpoints:
+    if manager is not None:
+      manager.wait_until_finished()
+      manager.close()
+  return _unstack(stacked, runs), records

@@ -6,9 +6,12 @@ whole gradient, g <- g min(1, c / ||g||) (Pascanu et al. 2013, seed note 001);
 elementwise clipping clamps each entry to [-c, c] (seed note 001's code).
 """
 
-import optax
+import functools
+import math
+
 import jax
 import jax.numpy as jnp
+import optax
 
 OPTIMIZERS = {
     'sgd': optax.sgd,
@@ -21,29 +24,58 @@ CLIPPINGS = ('none', 'global_norm', 'elementwise')
 ON_DIVERGENCE = ('stop', 'skip')
 
 
-def clipping_transform(clipping: str, threshold: float) -> optax.GradientTransformation:
+def _check_clipping(clipping: str, threshold: float) -> None:
+  if clipping not in CLIPPINGS:
+    raise ValueError(f'clipping: expected one of {CLIPPINGS}, got {clipping!r}')
+  if clipping != 'none' and not threshold > 0:
+    raise ValueError(f'clip_threshold: expected a value > 0 for clipping={clipping!r}, '
+                     f'got {threshold!r}')
+
+
+def clipping_transform(clipping: str, threshold) -> optax.GradientTransformation:
   """``optax.identity``, ``optax.clip_by_global_norm`` or ``optax.clip``.
 
   Raises:
     ValueError: for an unknown ``clipping`` or a threshold <= 0 when clipping.
   """
-  if clipping not in CLIPPINGS:
-    raise ValueError(f'clipping: expected one of {CLIPPINGS}, got {clipping!r}')
+  _check_clipping(clipping, threshold)
+  return _clip(clipping, threshold)
+
+
+def _clip(clipping, threshold):
   if clipping == 'none':
     return optax.identity()
-  if not threshold > 0:
-    raise ValueError(f'clip_threshold: expected a value > 0 for clipping={clipping!r}, '
-                     f'got {threshold!r}')
   if clipping == 'global_norm':
     return optax.clip_by_global_norm(threshold)
   return optax.clip(threshold)
 
 
+@functools.lru_cache(maxsize=None)
+def _injected(name: str, clipping_family: str, on_divergence: str):
+  """One optax transformation per (optimizer, clipping family, divergence
+  policy), with learning rate and clip threshold as array hyperparameters
+  (``optax.inject_hyperparams``): every run that shares these three shares
+  its ``update`` function, so a jitted step compiles once for all of them.
+  No clipping is global-norm clipping at an infinite threshold."""
+  def factory(learning_rate, clip_threshold):
+    chain = optax.chain(_clip(clipping_family, clip_threshold), OPTIMIZERS[name](learning_rate))
+    if on_divergence == 'skip':
+      return optax.apply_if_finite(chain, max_consecutive_errors=1_000_000)
+    return chain
+  return optax.inject_hyperparams(factory)(learning_rate=1.0, clip_threshold=1.0)
+
+
 def make_optimizer(name: str, learning_rate: float, clipping: str = 'none',
                    clip_threshold: float = 1.0, on_divergence: str = 'stop'
                    ) -> optax.GradientTransformation:
-  """``optax.chain(clipping, optimizer)``; with on_divergence='skip' it is
-  wrapped in ``optax.apply_if_finite`` so a non-finite gradient skips the step.
+  """Clipping, then the optimizer, with the two numbers as hyperparameters.
+
+  The chain is ``optax.chain(clipping, optimizer)`` inside
+  ``optax.inject_hyperparams``: ``opt_state.hyperparams`` holds
+  ``learning_rate`` and ``clip_threshold`` (inf for no clipping) as arrays,
+  so runs that differ only in these values share one compiled step (and can
+  be vmapped together). With on_divergence='skip' the chain is wrapped in
+  ``optax.apply_if_finite``: a non-finite gradient skips the step.
 
   Args:
     name: 'sgd', 'adagrad' (accumulator from 0, eps 1e-8 inside the square
@@ -62,18 +94,27 @@ def make_optimizer(name: str, learning_rate: float, clipping: str = 'none',
     raise ValueError(f'learning_rate: expected a value > 0, got {learning_rate!r}')
   if on_divergence not in ON_DIVERGENCE:
     raise ValueError(f'on_divergence: expected one of {ON_DIVERGENCE}, got {on_divergence!r}')
-  chain = optax.chain(clipping_transform(clipping, clip_threshold),
-                      OPTIMIZERS[name](learning_rate))
-  if on_divergence == 'skip':
-    return optax.apply_if_finite(chain, max_consecutive_errors=1_000_000)
-  return chain
+  _check_clipping(clipping, clip_threshold)
+  family = 'elementwise' if clipping == 'elementwise' else 'global_norm'
+  threshold = math.inf if clipping == 'none' else clip_threshold
+  base = _injected(name, family, on_divergence)
+
+  def init(params):
+    state = base.init(params)
+    hyperparams = dict(state.hyperparams,
+                       learning_rate=jnp.asarray(learning_rate, jnp.float32),
+                       clip_threshold=jnp.asarray(threshold, jnp.float32))
+    return state._replace(hyperparams=hyperparams)
+
+  return optax.GradientTransformation(init, base.update)
 
 
-def was_clipped(gradients, clipping: str, threshold: float) -> jax.Array:
-  """Whether ``clipping`` at ``threshold`` changes ``gradients`` (a bool scalar)."""
-  if clipping == 'global_norm':
-    return optax.tree.norm(gradients) > threshold
+def was_clipped(gradients, clipping: str, threshold) -> jax.Array:
+  """Whether ``clipping`` at ``threshold`` changes ``gradients`` (a bool scalar);
+  ``threshold`` may be an array (``opt_state.hyperparams['clip_threshold']``)."""
   if clipping == 'elementwise':
     leaves = jax.tree_util.tree_leaves(gradients)
     return jnp.max(jnp.stack([jnp.max(jnp.abs(g)) for g in leaves])) > threshold
+  if clipping == 'global_norm':
+    return optax.tree.norm(gradients) > threshold
   return jnp.asarray(False)

@@ -1,0 +1,1 @@
+"""Speed benchmarks: ratios measured in one process, never timed tests."""

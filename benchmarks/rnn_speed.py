@@ -1,0 +1,203 @@
+"""Elman layer speed: rnnjax fused and plain scan against flax.linen.RNN and torch.nn.RNN.
+
+  python -m benchmarks.rnn_speed [--rounds=7] [--shapes=S1,S2,S3,S4] [--sweep]
+
+All variants run in this one process, interleaved in shuffled rounds; each
+round times every variant once and the reported ratio is the median over
+rounds of the per-round ratio (this machine's speed drifts 20-40% over
+seconds, so back-to-back timings mislead). Forward and forward+backward
+(gradients of sum(states * w) with respect to all weights and the inputs).
+GFLOP/s counts 2 B T (d H + H^2) for the forward pass and three times that
+for forward+backward. XLA temp is the compiled program's temporary memory.
+A large float32 GEMM gives the machine's ceiling. --sweep adds the second
+part: 32 small character-LM runs (H = 64, T = 64, 200 steps) vmapped into
+one program against the same 32 runs one after another.
+Prints Markdown tables.
+"""
+
+import random
+import time
+
+from absl import app
+from absl import flags
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+from rnnjax import cells
+from rnnjax import fused
+from rnnjax import recurrence
+
+SHAPES = {'S1': (64, 128, 256, 512), 'S2': (32, 512, 128, 256), 'S3': (16, 1024, 64, 128),
+          'S4': (8, 64, 32, 32)}
+_SHAPES = flags.DEFINE_list('shapes', list(SHAPES), 'Shapes (B, T, d, H) to time.')
+_ROUNDS = flags.DEFINE_integer('rounds', 7, 'Interleaved timing rounds per shape.')
+_THREADS = flags.DEFINE_integer('torch_threads', 2, 'torch.set_num_threads.')
+_SWEEP = flags.DEFINE_boolean('sweep', True, 'Also time 32 vmapped runs against 32 solo runs.')
+
+
+def jax_variants(batch, steps, d, hidden):
+  """name -> (forward, forward+backward, args) for the JAX variants, jitted."""
+  key = jax.random.key(0)
+  params = cells.init_elman(key, d, hidden, 'uniform')
+  inputs = jax.random.normal(key, (batch, steps, d))
+  initial = jnp.zeros((batch, hidden))
+  weights = jax.random.normal(jax.random.key(1), (batch, steps, hidden))
+  flax_rnn = nn.RNN(nn.SimpleCell(hidden))
+  flax_params = flax_rnn.init(key, inputs)
+
+  layers = {
+      'rnnjax fused': (lambda p, x: fused.elman_layer(p, x, initial)[0], params),
+      'rnnjax scan': (lambda p, x: recurrence.scan(cells.elman('tanh'), p, x, initial)[0], params),
+      'flax.linen.RNN': (lambda p, x: flax_rnn.apply(p, x), flax_params),
+  }
+  variants = {}
+  for name, (layer, layer_params) in layers.items():
+    forward = jax.jit(layer)
+    both = jax.jit(jax.grad(lambda p, x, layer=layer: jnp.sum(layer(p, x) * weights),
+                            argnums=(0, 1)))
+    variants[name] = (forward, both, (layer_params, inputs))
+  return variants
+
+
+def torch_variant(batch, steps, d, hidden):
+  module = torch.nn.RNN(d, hidden, batch_first=True)
+  inputs = torch.randn(batch, steps, d, requires_grad=True)
+  weights = torch.randn(batch, steps, hidden)
+
+  def forward():
+    with torch.no_grad():
+      return module(inputs)[0]
+
+  def both():
+    module.zero_grad(set_to_none=True)
+    inputs.grad = None
+    (module(inputs)[0] * weights).sum().backward()
+
+  return forward, both
+
+
+def block(result):
+  return jax.block_until_ready(result)
+
+
+def temp_bytes(function, *args) -> int:
+  return function.lower(*args).compile().memory_analysis().temp_size_in_bytes
+
+
+def time_shape(name, shape, rounds):
+  batch, steps, d, hidden = shape
+  variants = jax_variants(*shape)
+  torch_forward, torch_both = torch_variant(*shape)
+  calls = {}
+  for variant, (forward, both, args) in variants.items():
+    calls[(variant, 'forward')] = lambda f=forward, a=args: block(f(*a))
+    calls[(variant, 'forward+backward')] = lambda f=both, a=args: block(f(*a))
+  calls[('torch.nn.RNN', 'forward')] = torch_forward
+  calls[('torch.nn.RNN', 'forward+backward')] = torch_both
+  for call in calls.values():  # compile and warm up
+    call()
+    call()
+  order = list(calls)
+  times = {k: [] for k in calls}
+  for _ in range(rounds):
+    random.shuffle(order)
+    for k in order:
+      started = time.perf_counter()
+      calls[k]()
+      times[k].append(time.perf_counter() - started)
+  flops = 2 * batch * steps * (d * hidden + hidden * hidden)
+  rows = []
+  for variant in list(variants) + ['torch.nn.RNN']:
+    for mode, factor in (('forward', 1), ('forward+backward', 3)):
+      mine = np.array(times[(variant, mode)])
+      row = {'shape': f'{name} {shape}', 'variant': variant, 'mode': mode,
+             'ms': 1e3 * np.median(mine),
+             'GFLOP/s': factor * flops / np.median(mine) / 1e9,
+             'fused speed-up': np.median(np.array(times[('rnnjax fused', mode)]) ** -1 * mine)}
+      if variant in variants:
+        forward, both, args = variants[variant]
+        row['XLA temp MiB'] = temp_bytes(forward if mode == 'forward' else both, *args) / 2**20
+      rows.append(row)
+  saved = steps * batch * hidden * 4 * 2 / 2**20  # states + the input projection
+  return rows, saved
+
+
+def gemm_ceiling(size=2048, rounds=5):
+  a = jax.random.normal(jax.random.key(0), (size, size))
+  matmul = jax.jit(lambda a: a @ a)
+  block(matmul(a))
+  best = min(_timed(lambda: block(matmul(a))) for _ in range(rounds))
+  return 2 * size ** 3 / best / 1e9
+
+
+def _timed(call):
+  started = time.perf_counter()
+  call()
+  return time.perf_counter() - started
+
+
+def sweep_comparison(runs=32, steps=200):
+  """32 char-LM runs (H = 64, T = 64, batch 16) vmapped in one program vs one by one."""
+  from rnnjax import models
+  from rnnjax.train import language_model
+  from rnnjax.train import optimizers
+
+  vocab, hidden, tau, batch = 65, 64, 64, 16
+  ids = np.asarray(jax.random.randint(jax.random.key(0), (batch * tau * steps + 1,), 0, vocab),
+                   np.int32)
+  from rnnjax.data import text
+  inputs, targets = text.stream_windows(ids, batch, tau)
+  radii = np.linspace(0.5, 1.5, runs)
+  model = models.CharLanguageModel(vocab_size=vocab, hidden_size=hidden, embedding_size=32)
+  optimizer = optimizers.make_optimizer('adam', 2e-3, 'global_norm', 1.0)
+  settings = language_model.LoopSettings(steps=steps, clipping='global_norm', clip_threshold=1.0,
+                                         log_every=steps)
+  params = [models.CharLanguageModel(vocab_size=vocab, hidden_size=hidden, embedding_size=32,
+                                     radius=float(r)).init(jax.random.key(i), inputs[0],
+                                                           model.initial_state(batch))['params']
+            for i, r in enumerate(radii)]
+  started = time.perf_counter()
+  solo = [language_model.train(model, p, optimizer, inputs, targets, settings)[1]
+          for p in params]
+  solo_seconds = time.perf_counter() - started
+  started = time.perf_counter()
+  together = language_model.train_group(model, params, [optimizer] * runs, inputs, targets,
+                                        settings)
+  group_seconds = time.perf_counter() - started
+  difference = max(abs(s['final_train_loss'] - t['final_train_loss']) / s['final_train_loss']
+                   for s, t in zip(solo, together[1]))
+  return solo_seconds, group_seconds, difference
+
+
+def markdown(rows, columns):
+  def cell(v):
+    return f'{v:.3g}' if isinstance(v, float) else str(v)
+  lines = ['| ' + ' | '.join(columns) + ' |', '|' + '---|' * len(columns)]
+  lines += ['| ' + ' | '.join(cell(r.get(c, '')) for c in columns) + ' |' for r in rows]
+  return '\n'.join(lines)
+
+
+def main(argv):
+  del argv
+  torch.set_num_threads(_THREADS.value)
+  print(f'jax {jax.__version__} on {jax.devices()[0].platform}, torch {torch.__version__} '
+        f'({torch.get_num_threads()} threads); float32 GEMM ceiling '
+        f'{gemm_ceiling():.0f} GFLOP/s')
+  columns = ['shape', 'variant', 'mode', 'ms', 'GFLOP/s', 'fused speed-up', 'XLA temp MiB']
+  for name in _SHAPES.value:
+    rows, saved = time_shape(name, SHAPES[name], _ROUNDS.value)
+    print()
+    print(markdown(rows, columns))
+    print(f'{name}: saved states + input projection = {saved:.2f} MiB')
+  if _SWEEP.value:
+    solo, group, difference = sweep_comparison()
+    print(f'\nsweep of 32 runs (H=64, T=64, 200 steps): one by one {solo:.1f} s, vmapped '
+          f'{group:.1f} s, speed-up {solo / group:.1f}x; largest relative difference of a '
+          f'final loss {difference:.1e}')
+
+
+if __name__ == '__main__':
+  app.run(main)
