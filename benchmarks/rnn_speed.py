@@ -153,7 +153,7 @@ def sweep_comparison(runs=32, steps=200):
   radii = np.linspace(0.5, 1.5, runs)
   model = models.CharLanguageModel(vocab_size=vocab, hidden_size=hidden, embedding_size=32)
   optimizer = optimizers.make_optimizer('adam', 2e-3, 'global_norm', 1.0)
-  settings = language_model.LoopSettings(steps=steps, clipping='global_norm', clip_threshold=1.0,
+  settings = language_model.LoopSettings(steps=steps, clipping='global_norm',
                                          log_every=steps)
   params = [models.CharLanguageModel(vocab_size=vocab, hidden_size=hidden, embedding_size=32,
                                      radius=float(r)).init(jax.random.key(i), inputs[0],

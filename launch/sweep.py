@@ -3,26 +3,34 @@
   python -m launch.sweep --config=experiments/configs/char_lm.py \
       --workdir=results/char_lm_sweep
 
-``get_sweep()`` in the config file gives one dict of overrides per run. Each
-run is ``python -m experiments.<config name> --config=<file>
---config.KEY=VALUE ... --workdir=<workdir>/<run name>`` in its own process,
-its output in ``<run folder>/log.txt``. A run whose summary.json says
-finished or diverged is skipped on relaunch; a run that fails is marked
-failed in its summary and the others go on. At the end the sweep writes
-``results.md``, ``results.csv`` and ``gradient_profile.png`` to the workdir
-and prints the Markdown table.
+``get_sweep()`` in the config file gives one dict of overrides per run, and
+each run gets the folder ``<workdir>/<run name>``. Runs that the experiment
+says can share one program (its ``group_key``: they differ only in its
+``VMAPPABLE_KEYS``, such as spectral radius, learning rate or clip
+threshold) go to one process as a group, ``python -m experiments.<config
+name> --config=<file> --group=<workdir>/groups/<n>.json``, and train
+together in one vmapped program (at most --max_group_size runs); a run
+alone is ``python -m experiments.<name> --config=<file> --config.KEY=VALUE
+... --workdir=<run folder>``. Each run's output is in ``<run
+folder>/log.txt``. A run whose summary.json says finished or diverged is
+skipped on relaunch; when a group's process fails, its runs are tried one
+by one, and a run that fails is marked failed in its summary while the
+others go on. At the end the sweep writes ``results.md``, ``results.csv``
+and ``gradient_profile.png`` to the workdir and prints the Markdown table.
 """
 
 import concurrent.futures
+import copy
 import csv
+import importlib
 import importlib.util
 import json
 import math
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
-import time
 
 from absl import app
 from absl import flags
@@ -42,6 +50,8 @@ def define_flags():
                                  'Sweep folder: one subfolder per run, plus the tables and plot.')
   flags.DEFINE_integer('processes', os.cpu_count() or 1,
                                     'Runs at a time (default: the number of cores).')
+  flags.DEFINE_integer('max_group_size', 10,
+                       'Most runs vmapped into one process; 1 runs every run alone.')
   flags.DEFINE_integer(
       'threads_per_run', 0, 'CPU threads each run may use; 0: cores / processes (at least 1).')
 
@@ -79,23 +89,65 @@ def read_summary(folder: pathlib.Path) -> dict | None:
     return None
 
 
+def _run_process(command: list[str], log_path: pathlib.Path, threads: int) -> int:
+  env = dict(os.environ, XLA_FLAGS=(os.environ.get('XLA_FLAGS', '') +
+                                    f' --xla_cpu_multi_thread_eigen={str(threads > 1).lower()}'
+                                    f' intra_op_parallelism_threads={threads}').strip())
+  with open(log_path, 'w') as log:
+    return subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+
+
 def launch_run(module: str, config_path: str, overrides: dict, folder: pathlib.Path,
                threads: int) -> dict:
   """Runs one experiment process; returns its summary (status 'failed' on error)."""
   folder.mkdir(parents=True, exist_ok=True)
   command = [sys.executable, '-m', module, f'--config={config_path}', f'--workdir={folder}']
   command += [f'--config.{k}={v}' for k, v in overrides.items()]
-  env = dict(os.environ, XLA_FLAGS=(os.environ.get('XLA_FLAGS', '') +
-                                    f' --xla_cpu_multi_thread_eigen={str(threads > 1).lower()}'
-                                    f' intra_op_parallelism_threads={threads}').strip())
-  with open(folder / 'log.txt', 'w') as log:
-    returncode = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+  returncode = _run_process(command, folder / 'log.txt', threads)
   summary = read_summary(folder)
   if returncode != 0 or summary is None:
     tail = (folder / 'log.txt').read_text().strip().splitlines()[-5:]
     summary = {'status': 'failed', 'returncode': returncode, 'error': '\n'.join(tail)}
     (folder / 'summary.json').write_text(json.dumps(summary, indent=2) + '\n')
   return summary
+
+
+def launch_group(module: str, config_path: str, members: list[tuple[dict, pathlib.Path]],
+                 group_file: pathlib.Path, threads: int) -> list[dict]:
+  """Runs several runs in one vmapped process; if it fails, runs them one by one."""
+  if len(members) == 1:
+    return [launch_run(module, config_path, *members[0], threads)]
+  group_file.parent.mkdir(parents=True, exist_ok=True)
+  group_file.write_text(json.dumps([{'workdir': str(folder), 'overrides': overrides}
+                                    for overrides, folder in members], indent=2) + '\n')
+  log_path = group_file.with_suffix('.log')
+  command = [sys.executable, '-m', module, f'--config={config_path}', f'--group={group_file}']
+  returncode = _run_process(command, log_path, threads)
+  summaries = [read_summary(folder) for _, folder in members]
+  if returncode != 0 or any(s is None for s in summaries):
+    logging.warning('group %s failed (exit %d, log %s); running its %d runs one by one',
+                    group_file.name, returncode, log_path, len(members))
+    return [launch_run(module, config_path, overrides, folder, threads)
+            for overrides, folder in members]
+  for _, folder in members:
+    shutil.copyfile(log_path, folder / 'log.txt')
+  return summaries
+
+
+def plan_jobs(experiment, base_config, sweep: list[dict], todo: list[int],
+              max_group_size: int) -> list[list[int]]:
+  """Runs to do, in jobs: runs with one ``experiment.group_key`` share a job of at
+  most ``max_group_size``; an experiment without ``group_key`` runs each alone."""
+  if not hasattr(experiment, 'group_key') or max_group_size < 2:
+    return [[i] for i in todo]
+  groups = {}
+  for i in todo:
+    config = copy.deepcopy(base_config)
+    with config.unlocked():
+      config.update_from_flattened_dict(sweep[i])
+    groups.setdefault(experiment.group_key(config), []).append(i)
+  return [members[start:start + max_group_size] for members in groups.values()
+          for start in range(0, len(members), max_group_size)]
 
 
 def table_rows(runs: list[tuple[dict, dict]], keys: list[str]) -> list[dict]:
@@ -183,7 +235,8 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   config_path = FLAGS.config
-  sweep = load_config_module(config_path).get_sweep()
+  config_module = load_config_module(config_path)
+  sweep = config_module.get_sweep()
   module = 'experiments.' + pathlib.Path(config_path).stem
   keys = swept_keys(sweep)
   workdir = pathlib.Path(FLAGS.workdir)
@@ -194,20 +247,24 @@ def main(argv):
   folders = [workdir / run_name(o, keys) for o in sweep]
   summaries = [read_summary(f) for f in folders]
   todo = [i for i, s in enumerate(summaries) if not (s and s.get('status') in ENDED)]
-  logging.info('%d runs, %d ended already, %d to run on %d processes', len(sweep),
-               len(sweep) - len(todo), len(todo), processes)
+  jobs = plan_jobs(importlib.import_module(module), config_module.get_config(), sweep, todo,
+                   FLAGS.max_group_size)
+  logging.info('%d runs, %d ended already, %d to run in %d jobs on %d processes', len(sweep),
+               len(sweep) - len(todo), len(todo), len(jobs), processes)
   with concurrent.futures.ThreadPoolExecutor(processes) as pool, \
       tqdm.tqdm(total=len(sweep), initial=len(sweep) - len(todo), desc='runs', unit='run',
                 file=sys.stdout) as progress:
-    futures = {pool.submit(launch_run, module, config_path, sweep[i], folders[i], threads): i
-               for i in todo}
+    futures = {pool.submit(launch_group, module, config_path,
+                           [(sweep[i], folders[i]) for i in job],
+                           workdir / 'groups' / f'group_{n}.json', threads): job
+               for n, job in enumerate(jobs)}
     for future in concurrent.futures.as_completed(futures):
-      i = futures[future]
-      summaries[i] = future.result()
-      progress.update(1)
-      progress.write(f'{folders[i].name}: {summaries[i]["status"]}, validation '
-                     f'{format_value(summaries[i].get("validation_bits_per_char", math.nan))} '
-                     f'bits/char')
+      for i, summary in zip(futures[future], future.result()):
+        summaries[i] = summary
+        progress.update(1)
+        progress.write(f'{folders[i].name}: {summary["status"]}, validation '
+                       f'{format_value(summary.get("validation_bits_per_char", math.nan))} '
+                       f'bits/char')
 
   rows = table_rows(list(zip(sweep, summaries)), keys)
   with open(workdir / 'results.csv', 'w', newline='') as f:

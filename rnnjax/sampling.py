@@ -1,5 +1,7 @@
 """Sampling from a language model: a prompt, then greedy or temperature draws."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -32,23 +34,35 @@ def sample(model, params, prompt, length: int, key, temperature: float = 1.0):
     raise ValueError(f'length: expected an int >= 0, got {length!r}')
   if not temperature >= 0:
     raise ValueError(f'temperature: expected a value >= 0, got {temperature!r}')
-  variables = {'params': params}
-  logits, state = model.apply(variables, prompt[None, :], model.initial_state(1))
+  ids = _generator(model, length, temperature == 0)(params, prompt, key,
+                                                     jnp.float32(max(temperature, 1e-30)))
+  return ids
 
-  def choose(logits, key):
-    if temperature == 0:
+
+@functools.lru_cache(maxsize=None)
+def _generator(model, length: int, greedy: bool):
+  """A jitted ``generate(params, prompt, key, temperature) -> <int32>[length]``."""
+  def choose(logits, key, temperature):
+    if greedy:
       return jnp.argmax(logits, axis=-1).astype(jnp.int32)
     return jax.random.categorical(key, logits / temperature).astype(jnp.int32)
 
-  def step(carry, key):
-    state, token = carry
-    logits, state = model.apply(variables, token[None, None], state)
-    next_token = choose(logits[0, 0], key)
-    return (state, next_token), next_token
+  @jax.jit
+  def generate(params, prompt, key, temperature):
+    variables = {'params': params}
+    logits, state = model.apply(variables, prompt[None, :], model.initial_state(1))
 
-  first_key, rest = jax.random.split(key)
-  first = choose(logits[0, -1], first_key)
-  if length == 0:
-    return jnp.zeros((0,), jnp.int32)
-  _, tokens = jax.lax.scan(step, (state, first), jax.random.split(rest, length - 1))
-  return jnp.concatenate([first[None], tokens])
+    def step(carry, key):
+      state, token = carry
+      logits, state = model.apply(variables, token[None, None], state)
+      next_token = choose(logits[0, 0], key, temperature)
+      return (state, next_token), next_token
+
+    first_key, rest = jax.random.split(key)
+    first = choose(logits[0, -1], first_key, temperature)
+    if length == 0:
+      return jnp.zeros((0,), jnp.int32)
+    _, tokens = jax.lax.scan(step, (state, first), jax.random.split(rest, length - 1))
+    return jnp.concatenate([first[None], tokens])
+
+  return generate

@@ -30,7 +30,7 @@ def setup(key):
 
 def test_metrics_and_checkpoint(setup, tmp_path):
   model, params, inputs, targets = setup
-  settings = language_model.LoopSettings(steps=20, clipping='global_norm', clip_threshold=0.5,
+  settings = language_model.LoopSettings(steps=20, clipping='global_norm',
                                          log_every=10)
   optimizer = optimizers.make_optimizer('adam', 1e-2, 'global_norm', 0.5)
   final, record = language_model.train(model, params, optimizer, inputs, targets, settings,
@@ -120,3 +120,48 @@ def test_sampling_bad_input(setup, kwargs, message):
 def test_loop_settings_bad_input(kwargs, message):
   with pytest.raises(ValueError, match=message):
     language_model.LoopSettings(**kwargs)
+
+
+def test_step_compiles_once_across_radius_learning_rate_and_threshold(setup):
+  model, _, inputs, targets = setup
+  settings = language_model.LoopSettings(steps=3, clipping='global_norm', log_every=3)
+  runs = [(0.5, 1e-3, 0.5), (1.5, 3e-2, 2.0), (1.0, 1e-2, 100.0)]
+  optimizers_ = []
+  for i, (radius, learning_rate, threshold) in enumerate(runs):
+    params = models.CharLanguageModel(vocab_size=V, hidden_size=H, embedding_size=5,
+                                      radius=radius).init(jax.random.key(i), inputs[0],
+                                                          model.initial_state(4))['params']
+    optimizer = optimizers.make_optimizer('adam', learning_rate, 'global_norm', threshold)
+    optimizers_.append(optimizer)
+    language_model.train(model, params, optimizer, inputs, targets, settings)
+  _, group_step = language_model.step_functions(model, optimizers_[0].update, 'global_norm')
+  assert group_step._cache_size() == 1  # one compilation for the three runs
+
+
+def test_group_equals_solo_runs(setup):
+  model, _, inputs, targets = setup
+  settings = language_model.LoopSettings(steps=30, clipping='global_norm', log_every=10)
+  params = [models.CharLanguageModel(vocab_size=V, hidden_size=H, embedding_size=5,
+                                     radius=r).init(jax.random.key(i), inputs[0],
+                                                    model.initial_state(4))['params']
+            for i, r in enumerate((0.5, 1.0, 1.5))]
+  optimizers_ = [optimizers.make_optimizer('adam', lr, clipping, 1.0)
+                 for lr, clipping in ((1e-2, 'none'), (3e-2, 'global_norm'), (1e-3, 'none'))]
+  group_params, group_records = language_model.train_group(model, params, optimizers_, inputs,
+                                                            targets, settings)
+  for p, o, gp, gr in zip(params, optimizers_, group_params, group_records):
+    solo_params, solo_record = language_model.train(model, p, o, inputs, targets, settings)
+    assert gr['final_train_loss'] == pytest.approx(solo_record['final_train_loss'], rel=1e-5)
+    assert gr['clipped_fraction'] == solo_record['clipped_fraction']
+    np.testing.assert_allclose(gp['head']['kernel'], solo_params['head']['kernel'], rtol=1e-4,
+                               atol=1e-6)
+  assert group_records[0]['clipped_fraction'] == 0.0  # no clipping: an infinite threshold
+
+
+def test_group_rejects_mixed_optimizers(setup):
+  model, params, inputs, targets = setup
+  with pytest.raises(ValueError, match='optimizers_: expected runs that share one optimizer'):
+    language_model.train_group(model, [params, params],
+                               [optimizers.make_optimizer('adam', 1e-3),
+                                optimizers.make_optimizer('sgd', 1e-3)],
+                               inputs, targets, language_model.LoopSettings(steps=1))

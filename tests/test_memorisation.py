@@ -32,7 +32,7 @@ def test_memorises_the_quick_brown_fox(tmp_path):
       for k, p in zip(keys, leaves)])
 
   optimizer = optimizers.make_optimizer('adagrad', 0.1, 'elementwise', 5.0)
-  settings = language_model.LoopSettings(steps=1000, clipping='elementwise', clip_threshold=5.0,
+  settings = language_model.LoopSettings(steps=1000, clipping='elementwise',
                                          log_every=100)
   params, record = language_model.train(model, params, optimizer, inputs, targets, settings,
                                         tmp_path)

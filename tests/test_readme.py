@@ -15,4 +15,4 @@ def test_readme_example_runs():
     with contextlib.redirect_stdout(output):
       exec(compile(block, 'README.md', 'exec'), {})
     expected = re.findall(r'# (\(.*\))$', block, re.M)  # the printed values, as commented
-    assert output.getvalue().split('\n')[:len(expected)] == [e.replace(') (', ') (') for e in expected]
+    assert output.getvalue().split('\n')[:len(expected)] == expected

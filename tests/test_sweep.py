@@ -35,7 +35,10 @@ def test_sweep_runs_skips_and_tabulates(tmp_path, shared_data_dir):
   output = run_sweep(config, workdir)
   assert '3 runs (1 failed)' in output
   summaries = {f.name: json.loads((f / 'summary.json').read_text())
-               for f in workdir.iterdir() if f.is_dir()}
+               for f in workdir.iterdir() if f.is_dir() and f.name != 'groups'}
+  # The three runs went to one vmapped group, which failed on the bad radius; its runs were
+  # then tried one by one.
+  assert 'radius: expected a finite value >= 0' in (workdir / 'groups' / 'group_0.log').read_text()
   assert sorted(summaries) == ['spectral_radius=-1.0', 'spectral_radius=0.5',
                                'spectral_radius=1.5']
   assert summaries['spectral_radius=-1.0']['status'] == 'failed'
@@ -61,6 +64,23 @@ def test_sweep_runs_skips_and_tabulates(tmp_path, shared_data_dir):
   assert finished_log.stat().st_mtime_ns == before
   assert (workdir / 'results.md').read_text() == table
   assert '3 runs (1 failed)' in again
+
+
+def test_runs_that_differ_in_vmappable_keys_share_a_group(tmp_path, shared_data_dir):
+  config = tmp_path / 'char_lm.py'
+  config.write_text(TINY_CONFIG.replace('-1.0', '1.0'))
+  workdir = tmp_path / 'sweep'
+  output = run_sweep(config, workdir)
+  assert '3 runs (0 failed)' in output
+  group = json.loads((workdir / 'groups' / 'group_0.json').read_text())
+  assert [entry['overrides']['spectral_radius'] for entry in group] == [0.5, 1.5, 1.0]
+  summaries = [json.loads((workdir / f'spectral_radius={r}' / 'summary.json').read_text())
+               for r in (0.5, 1.5, 1.0)]
+  assert [s['group_size'] for s in summaries] == [3, 3, 3]
+  # Each run's own init: the spectral radius at step 1 follows its config.
+  first_radii = [json.loads((workdir / f'spectral_radius={r}' / 'metrics.jsonl').read_text()
+                            .splitlines()[0])['spectral_radius'] for r in (0.5, 1.5, 1.0)]
+  assert first_radii[0] < first_radii[2] < first_radii[1]
 
 
 def test_swept_keys_and_names():

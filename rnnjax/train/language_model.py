@@ -47,8 +47,8 @@ class LoopSettings:
 
   Attributes:
     steps: number of training steps (windows).
-    clipping, clip_threshold: as in ``optimizers.make_optimizer``; used here to
-      report whether each step was clipped.
+    clipping: as in ``optimizers.make_optimizer``; says how to report
+      whether a step was clipped (the threshold is the optimizer's).
     on_divergence: 'stop' ends the run at the first non-finite loss; 'skip'
       (with an optimizer built with the same setting) skips such updates.
     log_every: steps between metric lines (and gradient-norm profiles).
@@ -59,7 +59,6 @@ class LoopSettings:
   """
   steps: int
   clipping: str = 'none'
-  clip_threshold: float = 1.0
   on_divergence: str = 'stop'
   log_every: int = 100
   profile_distances: tuple[int, ...] = diagnostics.PROFILE_DISTANCES

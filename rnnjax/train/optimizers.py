@@ -110,11 +110,13 @@ def make_optimizer(name: str, learning_rate: float, clipping: str = 'none',
 
 
 def was_clipped(gradients, clipping: str, threshold) -> jax.Array:
-  """Whether ``clipping`` at ``threshold`` changes ``gradients`` (a bool scalar);
-  ``threshold`` may be an array (``opt_state.hyperparams['clip_threshold']``)."""
+  """Whether clipping at ``threshold`` changes ``gradients`` (a bool scalar).
+
+  ``threshold`` may be an array (``opt_state.hyperparams['clip_threshold']``);
+  'elementwise' compares the largest |entry|, 'global_norm' and 'none' the
+  global norm (for 'none' the optimizer's threshold is inf: never clipped).
+  """
   if clipping == 'elementwise':
     leaves = jax.tree_util.tree_leaves(gradients)
     return jnp.max(jnp.stack([jnp.max(jnp.abs(g)) for g in leaves])) > threshold
-  if clipping == 'global_norm':
-    return optax.tree.norm(gradients) > threshold
-  return jnp.asarray(False)
+  return optax.tree.norm(gradients) > threshold
