@@ -63,25 +63,23 @@ def _forward_rule(activation, unroll, w_hh, projected, initial, alive):
 
 def _backward_rule(activation, unroll, residuals, g_states):
   w_hh, states, initial, alive = residuals
-  derivative = _derivative(states, activation)  # [T, B, H], all steps at once
   w_hh_t = w_hh.T
 
   def step(carry_grad, inputs):
-    g, d, keep = inputs
+    g, h, keep = inputs
     total = g + carry_grad
-    da = total * d
+    da = total * _derivative(h, activation)  # phi'(a_t) from h_t, one step at a time
     previous = da @ w_hh_t
     if keep is not None:
       da = jnp.where(keep, da, 0.0)
       previous = jnp.where(keep, previous, carry_grad)  # a masked step outputs a constant 0
     return previous, da
 
-  g_initial, d_projected = jax.lax.scan(step, jnp.zeros_like(initial),
-                                        (g_states, derivative, alive), reverse=True,
-                                        unroll=unroll)
-  previous_states = jnp.concatenate([initial[None], states[:-1]], axis=0)  # h_{t-1}
-  hidden = states.shape[-1]
-  g_w_hh = previous_states.reshape(-1, hidden).T @ d_projected.reshape(-1, hidden)
+  g_initial, d_projected = jax.lax.scan(step, jnp.zeros_like(initial), (g_states, states, alive),
+                                        reverse=True, unroll=unroll)
+  # dW_hh = sum_t h_{t-1}^T da_t, with h_{-1} = h_0: two matmuls, no concatenated copy.
+  g_w_hh = (jnp.einsum('tbh,tbk->hk', states[:-1], d_projected[1:]) +
+            initial.T @ d_projected[0])
   g_alive = None if alive is None else jnp.zeros(alive.shape, jax.dtypes.float0)
   return g_w_hh, d_projected, g_initial, g_alive
 
@@ -143,3 +141,48 @@ def elman_layer(params, inputs, initial_state, lengths=None, reverse=False, acti
     states = jnp.swapaxes(recurrence.reverse_within_lengths(jnp.swapaxes(states, 0, 1), lengths),
                           0, 1)
   return (states if time_major else jnp.swapaxes(states, 0, 1)), final
+
+
+def checkpointed_elman_layer(params, inputs, initial_state, segment_length: int,
+                             activation='tanh', unroll=1):
+  """``elman_layer`` for long sequences: O(T / s + s) saved states instead of O(T).
+
+  The T steps run as T / s segments of s steps; each segment is a
+  ``jax.checkpoint`` of the fused layer, so the forward pass keeps only the
+  state at each segment boundary and the backward pass recomputes one
+  segment's states at a time. With s ~ sqrt(T) the memory is O(sqrt(T))
+  states for about one extra forward pass of compute.
+
+  Args:
+    params, initial_state, activation, unroll: as ``elman_layer``.
+    inputs: ``<float32>[B, T, d]`` with T a multiple of ``segment_length``.
+    segment_length: s >= 1.
+
+  Returns:
+    ``(states <float32>[B, T, H], final_state <float32>[B, H])``, equal to
+    ``elman_layer``'s.
+
+  Raises:
+    ValueError: if s < 1 or T is not a multiple of s, or as ``elman_layer``.
+
+  References:
+    Chen, Xu, Zhang & Guestrin (2016), "Training deep nets with sublinear
+    memory cost"; Gruslys et al. (2016), "Memory-efficient backpropagation
+    through time".
+  """
+  recurrence.check_inputs(inputs, initial_state, None)
+  batch, steps, input_size = inputs.shape
+  if not isinstance(segment_length, int) or segment_length < 1 or steps % segment_length:
+    raise ValueError(f'segment_length: expected an int s >= 1 dividing T = {steps}, '
+                     f'got {segment_length!r}')
+  segments = jnp.swapaxes(inputs, 0, 1).reshape(steps // segment_length, segment_length, batch,
+                                                input_size)
+
+  @jax.checkpoint
+  def segment(state, segment_inputs):
+    states, final = elman_layer(params, segment_inputs, state, activation=activation,
+                                time_major=True, unroll=unroll)
+    return final, states
+
+  final, states = jax.lax.scan(segment, initial_state, segments)
+  return jnp.swapaxes(states.reshape(steps, batch, -1), 0, 1), final

@@ -81,3 +81,28 @@ def test_bad_input_is_named(problem):
     fused.elman_layer(params, inputs, initial, lengths=np.array([1, 2, 3, 12], np.int32))
   with pytest.raises(ValueError, match="activation: expected one of"):
     fused.elman_layer(params, inputs, initial, activation='gelu')
+
+
+def test_checkpointed_layer_equals_fused_and_saves_memory(key):
+  k1, k2 = jax.random.split(key)
+  batch, steps, hidden = 8, 256, 32
+  params = cells.init_elman(k1, 4, hidden, 'orthogonal', radius=1.0)
+  inputs = jax.random.normal(k2, (batch, steps, 4))
+  initial = jnp.zeros((batch, hidden))
+  weights = jax.random.normal(jax.random.key(3), (batch, steps, hidden))
+  loss = lambda layer: lambda p: jnp.sum(layer(p)[0] * weights) + jnp.sum(jnp.sin(layer(p)[1]))
+  full = lambda p: fused.elman_layer(p, inputs, initial)
+  segmented = lambda p: fused.checkpointed_elman_layer(p, inputs, initial, segment_length=16)
+  np.testing.assert_allclose(segmented(params)[0], full(params)[0], rtol=1e-6, atol=1e-7)
+  expected = jax.grad(loss(full))(params)
+  grads = jax.grad(loss(segmented))(params)
+  for name in params:  # sums over 256 steps of entries up to ~60: atol 1e-4 is float32 rounding
+    np.testing.assert_allclose(grads[name], expected[name], rtol=1e-5, atol=1e-4)
+  memory = lambda f: jax.jit(jax.grad(loss(f))).lower(params).compile().memory_analysis(
+      ).temp_size_in_bytes
+  states_bytes = batch * steps * hidden * 4
+  # O(T) saved states for the fused layer; about T/s + s of them when checkpointed.
+  assert memory(full) >= states_bytes
+  assert memory(segmented) < 0.5 * memory(full)
+  with pytest.raises(ValueError, match='segment_length: expected an int s >= 1 dividing T = 256, got 10'):
+    fused.checkpointed_elman_layer(params, inputs, initial, segment_length=10)

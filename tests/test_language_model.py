@@ -165,3 +165,17 @@ def test_group_rejects_mixed_optimizers(setup):
                                [optimizers.make_optimizer('adam', 1e-3),
                                 optimizers.make_optimizer('sgd', 1e-3)],
                                inputs, targets, language_model.LoopSettings(steps=1))
+
+
+def test_streaming_evaluation_equals_windows_with_constant_memory(setup):
+  model, params, _, _ = setup
+  ids = np.asarray(jax.random.randint(jax.random.key(3), (4, 401), 0, V), np.int32)
+  # evaluate() on the same 4 streams, as windows of 8 carried across: 50 windows.
+  inputs = ids[:, :-1].reshape(4, 50, 8).transpose(1, 0, 2)
+  targets = ids[:, 1:].reshape(4, 50, 8).transpose(1, 0, 2)
+  assert language_model.evaluate_streaming(model, params, ids) == pytest.approx(
+      language_model.evaluate(model, params, inputs, targets), rel=1e-5)
+  run = language_model._streaming_evaluation(model)
+  memory = lambda n: run.lower(params, jnp.zeros((4, n), jnp.int32)).compile().memory_analysis(
+      ).temp_size_in_bytes
+  assert memory(16_001) == memory(1_001)  # O(1) in the stream length
