@@ -15,7 +15,6 @@ gradient_norms_<source>.md, .csv and .png to --workdir.
 """
 
 import json
-import math
 import pathlib
 
 from absl import app

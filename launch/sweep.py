@@ -151,7 +151,8 @@ def plan_jobs(experiment, base_config, sweep: list[dict], todo: list[int],
 
 
 def table_rows(runs: list[tuple[dict, dict]], keys: list[str]) -> list[dict]:
-  """One row per run: swept values, bits per char, clipping, divergence, profiles."""
+  """One row per run: swept values, bits per char, clipping, spectral radius of W_hh at
+  the end, divergence, profiles."""
   rows = []
   for overrides, summary in runs:
     row = {k: overrides[k] for k in keys}
@@ -160,6 +161,7 @@ def table_rows(runs: list[tuple[dict, dict]], keys: list[str]) -> list[dict]:
     row['validation_bpc'] = summary.get('validation_bits_per_char', math.nan)
     row['clipped_fraction'] = summary.get('clipped_fraction', math.nan)
     row['max_grad_norm'] = summary.get('max_grad_norm', math.nan)
+    row['final_spectral_radius'] = summary.get('final_spectral_radius', math.nan)
     row['diverged'] = summary.get('diverged', False)
     for when in ('first', 'last'):
       profile = summary.get(f'{when}_profile') or {}

@@ -3,7 +3,6 @@
 import subprocess
 import sys
 
-import numpy as np
 
 from experiments import gradient_norms
 

@@ -227,7 +227,9 @@ def train_group(model, params, optimizers_, inputs, targets, settings: LoopSetti
   one JSON line to ``<workdir>/metrics.jsonl``: step, loss (nats, mean since
   the last line), bits_per_char, grad_norm (pre-clip global norm at this
   step), max_grad_norm and clipped_fraction since the last line, clipped
-  (this step), spectral_radius of W_hh and the gradient-norm profile. Orbax
+  (this step), spectral_radius of W_hh and the gradient-norm profile, the
+  last two measured on the params this step's gradient was taken at (before
+  its update; step 1: at initialization). Orbax
   checkpoints of params and optimizer state go to ``<workdir>/checkpoint``
   (written atomically by orbax). A run whose loss turns NaN/Inf with
   on_divergence='stop' is marked diverged at that step and records nothing
@@ -247,8 +249,9 @@ def train_group(model, params, optimizers_, inputs, targets, settings: LoopSetti
   Returns:
     ``(params, records)``: lists of R final params and R dicts with
     steps_done, diverged, diverged_step, skipped_steps, clipped_fraction,
-    max_grad_norm, final_train_loss (nats, mean of the last logged interval)
-    and first_profile / last_profile.
+    max_grad_norm, final_train_loss (nats, mean of the last logged interval),
+    final_spectral_radius (at the last logged step) and first_profile /
+    last_profile.
 
   Raises:
     ValueError: if the optimizers do not share one update function or the
@@ -280,7 +283,8 @@ def train_group(model, params, optimizers_, inputs, targets, settings: LoopSetti
 
   records = [{'steps_done': 0, 'diverged': False, 'diverged_step': None, 'skipped_steps': 0,
               'clipped_fraction': 0.0, 'max_grad_norm': 0.0, 'final_train_loss': math.nan,
-              'first_profile': None, 'last_profile': None} for _ in range(runs)]
+              'final_spectral_radius': math.nan, 'first_profile': None, 'last_profile': None}
+             for _ in range(runs)]
   clipped_totals = np.zeros(runs, np.int64)
   pending, carry = [], initial
   started = interval_start = time.perf_counter()
@@ -288,11 +292,14 @@ def train_group(model, params, optimizers_, inputs, targets, settings: LoopSetti
     window = (step - 1) % windows
     if window == 0:
       carry = initial
-    window_carry = carry
+    logged = step % settings.log_every == 0 or step in (1, settings.steps)
+    if logged:  # measured on the params that this step's loss and gradient come from
+      profiles = profile_fn(stacked, carry, inputs[window], targets[window])
+      w_hh = stacked['recurrence']['cell']['W_hh']
     stacked, opt_state, carry, metrics = group_step(stacked, opt_state, carry, inputs[window],
                                                     targets[window])
     pending.append(metrics)
-    if step % settings.log_every and step not in (1, settings.steps):
+    if not logged:
       continue
     interval = jax.device_get(pending)
     pending = []
@@ -302,7 +309,7 @@ def train_group(model, params, optimizers_, inputs, targets, settings: LoopSetti
     losses = np.array([m['loss'] for m in interval])  # [steps, R]
     norms = np.array([m['grad_norm'] for m in interval])
     clipped = np.array([m['clipped'] for m in interval])
-    profiles = np.asarray(profile_fn(stacked, window_carry, inputs[window], targets[window]))
+    profiles = np.asarray(profiles)
     first_step = step - len(interval) + 1
     save = workdirs is not None and (step == settings.steps or (
         settings.checkpoint_every and step % settings.checkpoint_every == 0))
@@ -330,7 +337,7 @@ def train_group(model, params, optimizers_, inputs, targets, settings: LoopSetti
       record['last_profile'] = profile
       record['final_train_loss'] = (float(np.mean(losses[finite, i])) if finite.any()
                                     else math.nan)
-      w_hh = stacked['recurrence']['cell']['W_hh'][i]
+      record['final_spectral_radius'] = float(initializers.spectral_radius(w_hh[i]))
       line = {
           'step': step,
           'loss': record['final_train_loss'],
@@ -339,7 +346,7 @@ def train_group(model, params, optimizers_, inputs, targets, settings: LoopSetti
           'max_grad_norm': float(np.nanmax(norms[:, i])),
           'clipped': bool(clipped[-1, i]),
           'clipped_fraction': float(clipped[:, i].mean()),
-          'spectral_radius': float(initializers.spectral_radius(w_hh)),
+          'spectral_radius': record['final_spectral_radius'],
           'profile': profile,
           'steps_per_second': steps_per_second,
           'elapsed_seconds': now - started,
