@@ -7,11 +7,13 @@ The default sweeps the adding problem over T in {10, 25, 50, 100}, six
 initializations (Gaussian W_hh at spectral radius 0.5, 1.0, 1.2 and 1.5 with
 tanh, orthogonal with tanh, identity with relu = IRNN) and three clipping
 settings (none, global norm 1 and 10), with 3 seeds each: 216 runs, vmapped
-into one compiled program per T and activation, in about 7 minutes on 2
-CPU cores. Success: test MSE below 0.01 on 1000 fresh sequences (the trivial
-baseline, always predicting 1, has 0.167). Measured: at T = 50 the IRNN
-with global-norm clipping (1 or 10) succeeds in 3 of 3 seeds (test MSE
-about 0.001) and fails without clipping; every tanh init fails at T = 50.
+into one compiled program per T and activation, in 6 to 7 minutes on a
+quiet 2-CPU-core machine. Success: test MSE below 0.01 on 1000 fresh
+sequences (the trivial baseline, always predicting 1, has 0.167). Measured:
+at T = 50 the IRNN with global-norm clipping succeeds (3 of 3 seeds at
+threshold 10, test MSE 0.0009; 2 of 3 at threshold 1) and fails without
+clipping; the tanh inits fail at T = 50 (orthogonal with clipping at 1: 1
+of 3).
 """
 
 import ml_collections
