@@ -70,6 +70,27 @@ def group_key(config) -> tuple:
       ('clipping_family', family),)
 
 
+def check_config(config) -> None:
+  """Checks the fields that would otherwise fail only deep inside JAX or after training.
+
+  Raises:
+    ValueError: naming the field, with the expected and the given value.
+  """
+  for name in ('hidden_size', 'batch_size', 'truncation', 'steps', 'log_every'):
+    value = config[name]
+    if not isinstance(value, int) or value < 1:
+      raise ValueError(f'config.{name}: expected an int >= 1, got {value!r}')
+  for name in ('embedding_size', 'sample_length'):
+    value = config[name]
+    if not isinstance(value, int) or value < 0:
+      raise ValueError(f'config.{name}: expected an int >= 0, got {value!r}')
+  if not config.sample_temperature >= 0:
+    raise ValueError(f'config.sample_temperature: expected a value >= 0 (0: greedy), got '
+                     f'{config.sample_temperature!r}')
+  if not config.sample_prompt:
+    raise ValueError('config.sample_prompt: expected at least one character, got an empty prompt')
+
+
 def run(config, workdir: pathlib.Path) -> dict:
   """Trains, evaluates and samples one run; returns the summary it writes."""
   return run_group([config], [workdir])[0]
@@ -88,6 +109,8 @@ def run_group(configs, workdirs) -> list[dict]:
   if any(group_key(c) != group_key(configs[0]) for c in configs):
     raise ValueError('configs: expected runs that differ only in '
                      f'{VMAPPABLE_KEYS} (and clipping none / global_norm)')
+  for config in configs:
+    check_config(config)
   for config, workdir in zip(configs, workdirs):
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / 'summary.json').unlink(missing_ok=True)
@@ -107,6 +130,10 @@ def run_group(configs, workdirs) -> list[dict]:
         embedding_size=config.embedding_size, activation=config.activation,
         recurrent_init=config.recurrent_init, radius=config.spectral_radius)
 
+  try:  # fail before training, not after
+    prompts = [text.encode(c.sample_prompt, vocabulary) for c in configs]
+  except ValueError as error:
+    raise ValueError(f'config.sample_prompt: {error}') from None
   model = model_for(first)  # its apply serves every run of the group
   params, optimizers_, sample_keys = [], [], []
   for config in configs:
@@ -126,8 +153,8 @@ def run_group(configs, workdirs) -> list[dict]:
                                                train_targets, settings, workdirs)
 
   summaries = []
-  for config, workdir, run_params, record, sample_key in zip(configs, workdirs, params, records,
-                                                             sample_keys):
+  for config, workdir, run_params, record, sample_key, prompt in zip(
+      configs, workdirs, params, records, sample_keys, prompts):
     summary = dict(record, status='diverged' if record['diverged'] else 'finished',
                    vocab_size=len(vocabulary), chance_loss=math.log(len(vocabulary)),
                    group_size=len(configs))
@@ -137,7 +164,6 @@ def run_group(configs, workdirs) -> list[dict]:
                                                 validation_targets)
       summary['validation_loss'] = validation_loss
       summary['validation_bits_per_char'] = validation_loss / math.log(2)
-      prompt = text.encode(config.sample_prompt, vocabulary)
       for name, temperature in (('greedy', 0.0), ('temperature', config.sample_temperature)):
         ids = sampling.sample(model, run_params, prompt, config.sample_length, sample_key,
                               temperature)

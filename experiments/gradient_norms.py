@@ -15,6 +15,7 @@ gradient_norms_<source>.md, .csv and .png to --workdir.
 """
 
 import json
+import math
 import pathlib
 
 from absl import app
@@ -127,6 +128,10 @@ def load_run(folder: pathlib.Path):
   if not summary_path.exists():
     raise FileNotFoundError(f'run: {folder} has no summary.json; train one first with '
                             f'python -m experiments.char_lm --workdir={folder}')
+  status = json.loads(summary_path.read_text()).get('status')
+  if status != 'finished':
+    raise ValueError(f'run: {folder} did not finish (status {status!r}); its params are not '
+                     f'usable, pick a finished run')
   config = json.loads((folder / 'config.json').read_text())
   manager = ocp.CheckpointManager((folder / 'checkpoint').absolute())
   params = manager.restore(manager.latest_step())['params']
@@ -211,6 +216,11 @@ def main(argv):
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   source = FLAGS.source
   radii = tuple(float(r) for r in FLAGS.radii) if FLAGS.radii else DEFAULT_RADII[source]
+  if any(not 0 <= r < math.inf for r in radii):
+    raise app.UsageError(f'--radii: expected finite spectral radii >= 0, got {radii}')
+  if FLAGS.seeds < 1 or FLAGS.window < 2:
+    raise app.UsageError(f'--seeds: expected >= 1 and --window: expected >= 2, got '
+                         f'{FLAGS.seeds} and {FLAGS.window}')
   workdir = pathlib.Path(FLAGS.workdir)
   workdir.mkdir(parents=True, exist_ok=True)
   name = f'gradient_norms_{source}'

@@ -161,6 +161,32 @@ def initial_params(config, spec: str, seed: int, input_size: int, outputs: int):
           'b_out': jnp.zeros((outputs,))}
 
 
+def check_config(config) -> None:
+  """Fails before any training on a setting that could only fail later.
+
+  Raises:
+    ValueError: naming the field, with the expected and the given value.
+  """
+  for name in ('lengths', 'inits', 'clip_thresholds'):
+    if not config[name]:
+      raise ValueError(f'config.{name}: expected at least one value, got {config[name]!r}')
+  for name in ('seeds', 'hidden_size', 'batch_size', 'steps', 'test_size'):
+    if not isinstance(config[name], int) or config[name] < 1:
+      raise ValueError(f'config.{name}: expected an int >= 1, got {config[name]!r}')
+  for clip in config.clip_thresholds:
+    if not 0 <= clip < math.inf:
+      raise ValueError(f'config.clip_thresholds: expected values >= 0 (0: no clipping), got {clip!r}')
+  for spec in config.inits:
+    parse_init(spec)
+  optimizers.make_optimizer(config.optimizer, config.learning_rate)  # names and learning rate
+  for length in config.lengths:
+    draw = task_functions(config, length)[0]
+    try:
+      draw(jax.random.key(0), 1)
+    except ValueError as error:
+      raise ValueError(f'config.lengths: {error}') from None
+
+
 def run_length(config, length: int):
   """Trains every (init, clip, seed) at one T; returns one record per run."""
   draw, outputs, _, _ = task_functions(config, length)
@@ -259,9 +285,10 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   config = FLAGS.config
-  for spec in config.inits:
-    parse_init(spec)  # fail before any training
-  task_functions(config, max(config.lengths))
+  try:
+    check_config(config)
+  except ValueError as error:
+    raise app.UsageError(str(error)) from error
   workdir = pathlib.Path(FLAGS.workdir)
   workdir.mkdir(parents=True, exist_ok=True)
   (workdir / 'config.json').write_text(config.to_json_best_effort(indent=2) + '\n')

@@ -29,8 +29,10 @@ import math
 import os
 import pathlib
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 
 from absl import app
 from absl import flags
@@ -89,12 +91,41 @@ def read_summary(folder: pathlib.Path) -> dict | None:
     return None
 
 
+_CHILDREN = set()  # experiment processes running now
+_STOPPING = threading.Event()  # set on SIGINT / SIGTERM: start nothing more
+
+
+class Interrupted(Exception):
+  """The sweep was interrupted; the runs that ended are kept, a relaunch resumes."""
+
+
 def _run_process(command: list[str], log_path: pathlib.Path, threads: int) -> int:
+  """Runs one experiment process; raises ``Interrupted`` if the sweep is stopping."""
+  if _STOPPING.is_set():
+    raise Interrupted()
   env = dict(os.environ, XLA_FLAGS=(os.environ.get('XLA_FLAGS', '') +
                                     f' --xla_cpu_multi_thread_eigen={str(threads > 1).lower()}'
                                     f' intra_op_parallelism_threads={threads}').strip())
   with open(log_path, 'w') as log:
-    return subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+    # Its own session: a Ctrl-C reaches the sweep, which stops the children itself.
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
+                               start_new_session=True)
+    _CHILDREN.add(process)
+    try:
+      returncode = process.wait()
+    finally:
+      _CHILDREN.discard(process)
+  if _STOPPING.is_set():
+    raise Interrupted()
+  return returncode
+
+
+def _stop(signum, frame):
+  del frame
+  _STOPPING.set()
+  for process in list(_CHILDREN):
+    process.terminate()
+  raise KeyboardInterrupt(f'signal {signum}')
 
 
 def launch_run(module: str, config_path: str, overrides: dict, folder: pathlib.Path,
@@ -134,18 +165,36 @@ def launch_group(module: str, config_path: str, members: list[tuple[dict, pathli
   return summaries
 
 
-def plan_jobs(experiment, base_config, sweep: list[dict], todo: list[int],
-              max_group_size: int) -> list[list[int]]:
+def run_configs(base_config, sweep: list[dict]) -> list:
+  """The full config of every run: ``base_config`` with the run's overrides.
+
+  Raises:
+    ValueError: for a run that sets a field the config does not have (a
+      misspelt key would otherwise leave every run the same), before any run.
+  """
+  configs = []
+  for i, overrides in enumerate(sweep):
+    config = copy.deepcopy(base_config)
+    config.lock()
+    try:
+      config.update_from_flattened_dict(overrides)
+    except (KeyError, AttributeError) as error:
+      unknown = sorted(set(overrides) - set(base_config.keys()))
+      raise ValueError(f'get_sweep: run {i} sets {unknown or list(overrides)}, which the config '
+                       f'does not have (fields: {sorted(base_config.keys())})') from error
+    configs.append(config)
+  return configs
+
+
+def plan_jobs(experiment, configs: list, todo: list[int], max_group_size: int
+              ) -> list[list[int]]:
   """Runs to do, in jobs: runs with one ``experiment.group_key`` share a job of at
   most ``max_group_size``; an experiment without ``group_key`` runs each alone."""
   if not hasattr(experiment, 'group_key') or max_group_size < 2:
     return [[i] for i in todo]
   groups = {}
   for i in todo:
-    config = copy.deepcopy(base_config)
-    with config.unlocked():
-      config.update_from_flattened_dict(sweep[i])
-    groups.setdefault(experiment.group_key(config), []).append(i)
+    groups.setdefault(experiment.group_key(configs[i]), []).append(i)
   return [members[start:start + max_group_size] for members in groups.values()
           for start in range(0, len(members), max_group_size)]
 
@@ -239,6 +288,12 @@ def main(argv):
   config_path = FLAGS.config
   config_module = load_config_module(config_path)
   sweep = config_module.get_sweep()
+  if not sweep:
+    raise app.UsageError(f'config: get_sweep() in {config_path} returned no runs')
+  try:
+    configs = run_configs(config_module.get_config(), sweep)
+  except ValueError as error:
+    raise app.UsageError(str(error)) from error
   module = 'experiments.' + pathlib.Path(config_path).stem
   keys = swept_keys(sweep)
   workdir = pathlib.Path(FLAGS.workdir)
@@ -249,10 +304,28 @@ def main(argv):
   folders = [workdir / run_name(o, keys) for o in sweep]
   summaries = [read_summary(f) for f in folders]
   todo = [i for i, s in enumerate(summaries) if not (s and s.get('status') in ENDED)]
-  jobs = plan_jobs(importlib.import_module(module), config_module.get_config(), sweep, todo,
-                   FLAGS.max_group_size)
+  jobs = plan_jobs(importlib.import_module(module), configs, todo, FLAGS.max_group_size)
   logging.info('%d runs, %d ended already, %d to run in %d jobs on %d processes', len(sweep),
                len(sweep) - len(todo), len(todo), len(jobs), processes)
+  signal.signal(signal.SIGTERM, _stop)
+  signal.signal(signal.SIGINT, _stop)
+  try:
+    run_jobs(module, config_path, sweep, folders, summaries, jobs, todo, workdir, processes,
+             threads)
+  except (KeyboardInterrupt, Interrupted):
+    _STOPPING.set()
+    for process in list(_CHILDREN):
+      process.terminate()
+    ended = sum(1 for f in folders if (read_summary(f) or {}).get('status') in ENDED)
+    print(f'\ninterrupted: {ended} of {len(sweep)} runs have ended and are kept; run the same '
+          f'command again to resume')
+    sys.exit(130)
+  write_results(sweep, summaries, keys, workdir)
+
+
+def run_jobs(module, config_path, sweep, folders, summaries, jobs, todo, workdir, processes,
+             threads):
+  """Runs the jobs on a pool of ``processes``, filling ``summaries`` as they end."""
   with concurrent.futures.ThreadPoolExecutor(processes) as pool, \
       tqdm.tqdm(total=len(sweep), initial=len(sweep) - len(todo), desc='runs', unit='run',
                 file=sys.stdout) as progress:
@@ -268,6 +341,9 @@ def main(argv):
                        f'{format_value(summary.get("validation_bits_per_char", math.nan))} '
                        f'bits/char')
 
+
+def write_results(sweep, summaries, keys, workdir):
+  """Writes results.csv, results.md and gradient_profile.png; prints the table."""
   rows = table_rows(list(zip(sweep, summaries)), keys)
   with open(workdir / 'results.csv', 'w', newline='') as f:
     writer = csv.DictWriter(f, fieldnames=list(rows[0]))

@@ -68,10 +68,18 @@ def gradient_norm_profile(gradients, distances):
     distances: ints k with 1 <= k < T.
 
   Returns:
-    ``<float32>[len(distances)]``, dimensionless ratios.
+    ``<float32>[len(distances)]``, dimensionless ratios (empty for no distances).
+
+  Raises:
+    ValueError: for a distance outside [1, T - 1].
   """
-  norms = jnp.sqrt(jnp.sum(gradients ** 2, axis=(0, 2)))  # [T]
   last = gradients.shape[1] - 1
+  if any(not 1 <= k <= last for k in distances):
+    raise ValueError(f'distances: expected values in [1, T - 1] = [1, {last}], '
+                     f'got {tuple(distances)}')
+  if not distances:
+    return jnp.zeros((0,), gradients.dtype)
+  norms = jnp.sqrt(jnp.sum(gradients ** 2, axis=(0, 2)))  # [T]
   return jnp.stack([norms[last - k] for k in distances]) / norms[last]
 
 

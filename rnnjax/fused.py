@@ -128,6 +128,8 @@ def elman_layer(params, inputs, initial_state, lengths=None, reverse=False, acti
   if initial_state.shape[-1] != hidden_size:
     raise ValueError(f'initial_state: expected last axis H = {hidden_size}, '
                      f'got shape {initial_state.shape}')
+  if lengths is not None:  # values are checked only outside jit; inside, clip to [0, T]
+    lengths = jnp.clip(lengths, 0, batch_major.shape[1])
   if reverse:
     batch_major = recurrence.reverse_within_lengths(batch_major, lengths)
   time_first = inputs if time_major and not reverse else jnp.swapaxes(batch_major, 0, 1)

@@ -73,7 +73,8 @@ def scan(cell, params, inputs, initial_state, lengths=None, reverse=False, unrol
     params: the cell's params pytree.
     inputs: ``<float32>[B, T, d]``.
     initial_state: carry pytree with leaves ``[B, ...]`` (Elman: ``[B, H]``).
-    lengths: optional ``<int32>[B]`` with values in [0, T].
+    lengths: optional ``<int32>[B]`` with values in [0, T] (checked when
+      concrete; under ``jit`` values outside are clipped to [0, T]).
     reverse: run right to left within each length.
     unroll: ``jax.lax.scan``'s unroll factor.
 
@@ -85,6 +86,8 @@ def scan(cell, params, inputs, initial_state, lengths=None, reverse=False, unrol
       size, or lengths of the wrong shape, dtype or range.
   """
   check_inputs(inputs, initial_state, lengths)
+  if lengths is not None:  # values are checked only outside jit; inside, clip to [0, T]
+    lengths = jnp.clip(lengths, 0, inputs.shape[1])
   if reverse:
     inputs = reverse_within_lengths(inputs, lengths)
   time_major = jnp.swapaxes(inputs, 0, 1)  # [T, B, d]

@@ -25,11 +25,16 @@ def sample(model, params, prompt, length: int, key, temperature: float = 1.0):
     ``<int32>[length]`` generated ids (the prompt not included), each in [0, V).
 
   Raises:
-    ValueError: for an empty prompt, a negative length or temperature.
+    ValueError: for an empty prompt, ids outside [0, V), a negative length or
+      temperature.
   """
   prompt = jnp.asarray(prompt, jnp.int32)
   if prompt.ndim != 1 or prompt.shape[0] < 1:
     raise ValueError(f'prompt: expected a non-empty 1-D array of ids, got shape {prompt.shape}')
+  if not isinstance(prompt, jax.core.Tracer) and prompt.size and (
+      int(prompt.min()) < 0 or int(prompt.max()) >= model.vocab_size):
+    raise ValueError(f'prompt: expected ids in [0, V) = [0, {model.vocab_size}), got min '
+                     f'{int(prompt.min())} and max {int(prompt.max())}')
   if length < 0:
     raise ValueError(f'length: expected an int >= 0, got {length!r}')
   if not temperature >= 0:

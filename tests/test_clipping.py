@@ -81,7 +81,8 @@ def test_skip_on_divergence_skips_non_finite_updates(gradients):
 
 @pytest.mark.parametrize('kwargs, message', [
     (dict(name='rmsprop', learning_rate=0.1), "optimizer: expected one of .* got 'rmsprop'"),
-    (dict(name='sgd', learning_rate=0.0), 'learning_rate: expected a value > 0, got 0.0'),
+    (dict(name='sgd', learning_rate=0.0), 'learning_rate: expected a finite value > 0, got 0.0'),
+    (dict(name='sgd', learning_rate=float('inf')), 'learning_rate: expected a finite value > 0, got inf'),
     (dict(name='sgd', learning_rate=0.1, clipping='norm'), "clipping: expected one of .* got 'norm'"),
     (dict(name='sgd', learning_rate=0.1, clipping='global_norm', clip_threshold=-1.0),
      "clip_threshold: expected a value > 0 for clipping='global_norm', got -1.0"),

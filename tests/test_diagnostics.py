@@ -132,3 +132,10 @@ def test_growth_rate_and_table():
 def test_distances_outside_the_sequence_are_named(key):
   with pytest.raises(ValueError, match=r'distances: expected values in \[1, T - 1\] = \[1, 11\]'):
     diagnostics.jacobian_product_norms(jnp.zeros((1, T, H)), jnp.eye(H), (12,))
+
+
+def test_profile_distances_must_fit():
+  grads = jnp.ones((1, 5, 2))
+  with pytest.raises(ValueError, match=r'distances: expected values in \[1, T - 1\] = \[1, 4\], got \(5,\)'):
+    diagnostics.gradient_norm_profile(grads, (5,))
+  assert diagnostics.gradient_norm_profile(grads, ()).shape == (0,)  # tau = 1: nothing to profile

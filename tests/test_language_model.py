@@ -6,6 +6,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import orbax.checkpoint as ocp
 import pytest
 
@@ -57,8 +58,13 @@ def test_metrics_and_checkpoint(setup, tmp_path):
 
 def test_divergence_stops_and_says_so(setup, tmp_path):
   model, params, inputs, targets = setup
-  # An infinite learning rate: the params of step 2 are inf or NaN, and so is its loss.
-  optimizer = optimizers.make_optimizer('sgd', float('inf'))
+  # An infinite learning rate (make_optimizer refuses one, so it is set in the state): the
+  # params of step 2 are inf or NaN, and so is its loss.
+  sgd = optimizers.make_optimizer('sgd', 1.0)
+  def init(params):
+    state = sgd.init(params)
+    return state._replace(hyperparams=dict(state.hyperparams, learning_rate=jnp.float32(jnp.inf)))
+  optimizer = optax.GradientTransformation(init, sgd.update)
   settings = language_model.LoopSettings(steps=40, log_every=10)
   _, record = language_model.train(model, params, optimizer, inputs, targets, settings, tmp_path)
   assert record['diverged'] and record['diverged_step'] == 2
@@ -114,7 +120,7 @@ def test_sampling_bad_input(setup, kwargs, message):
 
 @pytest.mark.parametrize('kwargs, message', [
     (dict(steps=0), 'steps: expected an int >= 1, got 0'),
-    (dict(steps=10, log_every=10, checkpoint_every=15), 'checkpoint_every: expected a multiple of log_every=10, got 15'),
+    (dict(steps=10, log_every=10, checkpoint_every=15), 'checkpoint_every: expected 0 or a multiple of log_every=10, got 15'),
     (dict(steps=10, on_divergence='ignore'), "on_divergence: expected one of .* got 'ignore'"),
 ])
 def test_loop_settings_bad_input(kwargs, message):
@@ -179,3 +185,37 @@ def test_streaming_evaluation_equals_windows_with_constant_memory(setup):
   memory = lambda n: run.lower(params, jnp.zeros((4, n), jnp.int32)).compile().memory_analysis(
       ).temp_size_in_bytes
   assert memory(16_001) == memory(1_001)  # O(1) in the stream length
+
+
+def test_skip_ends_a_run_that_cannot_recover(setup, tmp_path):
+  model, params, inputs, targets = setup
+  sgd = optimizers.make_optimizer('sgd', 1.0, on_divergence='skip')
+  def init(params):
+    state = sgd.init(params)
+    return state._replace(hyperparams=dict(state.hyperparams, learning_rate=jnp.float32(jnp.inf)))
+  settings = language_model.LoopSettings(steps=40, log_every=10, on_divergence='skip')
+  _, record = language_model.train(model, params, optax.GradientTransformation(init, sgd.update),
+                                   inputs, targets, settings)
+  assert record['diverged'] and record['diverged_step'] == 2
+  assert record['skipped_steps'] == 9  # steps 2..10, all non-finite
+
+
+@pytest.mark.parametrize('field, value, message', [
+    ('hidden_size', -3, 'config.hidden_size: expected an int >= 1, got -3'),
+    ('embedding_size', -1, 'config.embedding_size: expected an int >= 0, got -1'),
+    ('sample_temperature', -1.0, r'config.sample_temperature: expected a value >= 0 \(0: greedy\), got -1.0'),
+    ('sample_prompt', '', 'config.sample_prompt: expected at least one character'),
+])
+def test_char_lm_config_is_checked_before_training(field, value, message):
+  from experiments import char_lm
+  from experiments.configs import char_lm as configs
+  config = configs.get_config()
+  config[field] = value
+  with pytest.raises(ValueError, match=message):
+    char_lm.check_config(config)
+
+
+def test_prompt_outside_the_vocabulary_is_named(setup):
+  model, params, _, _ = setup
+  with pytest.raises(ValueError, match=r'prompt: expected ids in \[0, V\) = \[0, 11\), got min 0 and max 11'):
+    sampling.sample(model, params, jnp.array([0, 11]), 3, jax.random.key(0))

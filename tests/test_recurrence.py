@@ -193,3 +193,16 @@ class TestBadInput:
     params, inputs, initial = problem
     with pytest.raises(ValueError, match=f'truncation: expected an int tau >= 1, got {tau}'):
       recurrence.truncated_scan(cells.elman(), params, inputs, initial, truncation=tau)
+
+
+def test_lengths_under_jit_are_clipped_to_the_sequence(problem):
+  # Values cannot be checked under jit; out-of-range lengths act as 0 or T, never NaN.
+  params, inputs, initial = problem
+  cell = cells.elman('tanh')
+  run = jax.jit(lambda lengths: recurrence.scan(cell, params, inputs, initial, lengths,
+                                                reverse=True))
+  states, final = run(jnp.array([15, -2, 4, 9], jnp.int32))
+  expected, expected_final = recurrence.scan(cell, params, inputs, initial,
+                                             jnp.array([9, 0, 4, 9], jnp.int32), reverse=True)
+  np.testing.assert_allclose(states, expected, rtol=1e-6)
+  np.testing.assert_allclose(final, expected_final, rtol=1e-6)

@@ -4,8 +4,10 @@ ended runs are skipped on relaunch, and the table and plot are written."""
 import csv
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -81,6 +83,34 @@ def test_runs_that_differ_in_vmappable_keys_share_a_group(tmp_path, shared_data_
   first_radii = [json.loads((workdir / f'spectral_radius={r}' / 'metrics.jsonl').read_text()
                             .splitlines()[0])['spectral_radius'] for r in (0.5, 1.5, 1.0)]
   assert first_radii[0] < first_radii[2] < first_radii[1]
+
+
+def test_a_misspelt_sweep_key_is_an_error_before_any_run(tmp_path):
+  config = tmp_path / 'char_lm.py'
+  config.write_text(TINY_CONFIG.replace('spectral_radius=1.5', 'spectral_radus=1.5'))
+  result = subprocess.run([sys.executable, '-m', 'launch.sweep', f'--config={config}',
+                           f'--workdir={tmp_path / "sweep"}'], capture_output=True, text=True)
+  assert result.returncode != 0
+  assert "get_sweep: run 1 sets ['spectral_radus'], which the config does not have" in result.stderr
+  assert not any((tmp_path / 'sweep').glob('*/summary.json'))
+
+
+def test_interrupted_sweep_stops_its_runs_and_resumes(tmp_path, shared_data_dir):
+  config = tmp_path / 'char_lm.py'
+  config.write_text(TINY_CONFIG.replace('steps=3', 'steps=100000').replace('-1.0', '1.0'))
+  workdir = tmp_path / 'sweep'
+  sweep_process = subprocess.Popen(
+      [sys.executable, '-m', 'launch.sweep', f'--config={config}', f'--workdir={workdir}'],
+      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  deadline = time.time() + 120
+  while not list(workdir.glob('*/metrics.jsonl')) and time.time() < deadline:
+    time.sleep(0.5)
+  sweep_process.send_signal(signal.SIGTERM)
+  output, _ = sweep_process.communicate(timeout=60)
+  assert sweep_process.returncode == 130
+  assert 'interrupted: 0 of 3 runs have ended and are kept' in output
+  children = subprocess.run(['pgrep', '-f', f'--group={workdir}'], capture_output=True, text=True)
+  assert children.stdout == ''  # no experiment process left behind
 
 
 def test_swept_keys_and_names():

@@ -103,3 +103,19 @@ def test_long_range_experiment_writes_table_and_heatmaps(tmp_path):
   for clip in ('0', '1'):
     assert (tmp_path / f'heatmap_clip_{clip}.png').stat().st_size > 5_000
   assert '16 runs in' in output
+
+
+@pytest.mark.parametrize('field, value, message', [
+    ('lengths', (10, 1), 'config.lengths: length: expected an int T >= 2, got 1'),
+    ('seeds', 0, 'config.seeds: expected an int >= 1, got 0'),
+    ('clip_thresholds', (), 'config.clip_thresholds: expected at least one value'),
+    ('clip_thresholds', (1.0, -2.0), r'config.clip_thresholds: expected values >= 0 \(0: no clipping\), got -2.0'),
+    ('learning_rate', -1.0, 'learning_rate: expected a finite value > 0, got -1.0'),
+    ('optimizer', 'rmsprop', "optimizer: expected one of .* got 'rmsprop'"),
+])
+def test_long_range_config_is_checked_before_training(field, value, message):
+  from experiments.configs import long_range as configs
+  config = configs.get_config()
+  config[field] = value
+  with pytest.raises(ValueError, match=message):
+    long_range.check_config(config)

@@ -50,7 +50,9 @@ class LoopSettings:
     clipping: as in ``optimizers.make_optimizer``; says how to report
       whether a step was clipped (the threshold is the optimizer's).
     on_divergence: 'stop' ends the run at the first non-finite loss; 'skip'
-      (with an optimizer built with the same setting) skips such updates.
+      (with an optimizer built with the same setting) skips such updates, and
+      ends the run only when every step of a logging interval was
+      non-finite (skipping cannot recover from non-finite params).
     log_every: steps between metric lines (and gradient-norm profiles).
     profile_distances: k for ||dL/dh_{T-k}|| / ||dL/dh_T||.
     checkpoint_every: steps between checkpoints (0: only at the end); a
@@ -66,10 +68,14 @@ class LoopSettings:
 
   def __post_init__(self):
     for name in ('steps', 'log_every'):
-      if getattr(self, name) < 1:
-        raise ValueError(f'{name}: expected an int >= 1, got {getattr(self, name)!r}')
-    if self.checkpoint_every % self.log_every:
-      raise ValueError(f'checkpoint_every: expected a multiple of log_every={self.log_every}, '
+      value = getattr(self, name)
+      if not isinstance(value, int) or value < 1:
+        raise ValueError(f'{name}: expected an int >= 1, got {value!r}')
+    if self.clipping not in optimizers.CLIPPINGS:
+      raise ValueError(f'clipping: expected one of {optimizers.CLIPPINGS}, got {self.clipping!r}')
+    if (not isinstance(self.checkpoint_every, int) or self.checkpoint_every < 0 or
+        self.checkpoint_every % self.log_every):
+      raise ValueError(f'checkpoint_every: expected 0 or a multiple of log_every={self.log_every}, '
                        f'got {self.checkpoint_every}')
     if self.on_divergence not in optimizers.ON_DIVERGENCE:
       raise ValueError(f'on_divergence: expected one of {optimizers.ON_DIVERGENCE}, '
@@ -321,11 +327,14 @@ def train_group(model, params, optimizers_, inputs, targets, settings: LoopSetti
       finite = np.isfinite(losses[:, i])
       if not finite.all():
         record['skipped_steps'] += int((~finite).sum())
-        if settings.on_divergence == 'stop':
+        if settings.on_divergence == 'stop' or not finite.any():
           record['diverged'] = True
           record['diverged_step'] = first_step + int(np.argmin(finite))
           logging.warning('run %d diverged: non-finite loss at step %d; stopping it '
-                          '(on_divergence=stop)', i, record['diverged_step'])
+                          '(on_divergence=%s%s)', i, record['diverged_step'],
+                          settings.on_divergence, '' if settings.on_divergence == 'stop' else
+                          ': every step since the last log was non-finite, skipping cannot '
+                          'recover')
           continue
         logging.warning('run %d: non-finite loss at %d steps up to step %d; updates skipped '
                         '(on_divergence=skip)', i, int((~finite).sum()), step)

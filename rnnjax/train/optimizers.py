@@ -90,8 +90,8 @@ def make_optimizer(name: str, learning_rate: float, clipping: str = 'none',
   """
   if name not in OPTIMIZERS:
     raise ValueError(f'optimizer: expected one of {sorted(OPTIMIZERS)}, got {name!r}')
-  if not learning_rate > 0:
-    raise ValueError(f'learning_rate: expected a value > 0, got {learning_rate!r}')
+  if not 0 < learning_rate < math.inf:
+    raise ValueError(f'learning_rate: expected a finite value > 0, got {learning_rate!r}')
   if on_divergence not in ON_DIVERGENCE:
     raise ValueError(f'on_divergence: expected one of {ON_DIVERGENCE}, got {on_divergence!r}')
   _check_clipping(clipping, clip_threshold)
