@@ -53,6 +53,21 @@ def elman_cell(params, carry, x, activation: str = 'tanh'):
   return h, h
 
 
+def activation_derivative(states, activation: str = 'tanh'):
+  """phi'(a_t) from the states h_t = phi(a_t): 1 - h^2 (tanh), [h > 0] (relu), 1 (linear).
+
+  Raises:
+    ValueError: for another activation.
+  """
+  if activation == 'tanh':
+    return 1.0 - states * states
+  if activation == 'relu':
+    return (states > 0).astype(states.dtype)
+  if activation == 'linear':
+    return jnp.ones_like(states)
+  raise ValueError(f"activation: expected 'tanh', 'relu' or 'linear', got {activation!r}")
+
+
 def bias(params):
   """The summed bias: ``b``, plus PyTorch's second bias ``b_hh`` where present."""
   return params['b'] + params['b_hh'] if 'b_hh' in params else params['b']

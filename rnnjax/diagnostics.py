@@ -15,6 +15,8 @@ References:
 import jax
 import jax.numpy as jnp
 
+from rnnjax import cells
+
 PROFILE_DISTANCES = (1, 2, 5, 10, 20, 40)
 
 
@@ -83,17 +85,6 @@ def gradient_norm_profile(gradients, distances):
   return jnp.stack([norms[last - k] for k in distances]) / norms[last]
 
 
-def activation_derivative(states, activation: str = 'tanh'):
-  """phi'(a_t) from the states h_t = phi(a_t): 1 - h^2 (tanh), [h > 0] (relu), 1 (linear)."""
-  if activation == 'tanh':
-    return 1.0 - states ** 2
-  if activation == 'relu':
-    return (states > 0).astype(states.dtype)
-  if activation == 'linear':
-    return jnp.ones_like(states)
-  raise ValueError(f"activation: expected 'tanh', 'relu' or 'linear', got {activation!r}")
-
-
 def largest_singular_value(matrix) -> jax.Array:
   """sigma_max of a ``[H, H]`` matrix (its spectral norm)."""
   return jnp.linalg.norm(matrix, ord=2)
@@ -129,7 +120,7 @@ def jacobian_product_norms(states, w_hh, distances, activation: str = 'tanh'):
   if min(distances) < 1 or longest > steps - 1:
     raise ValueError(f'distances: expected values in [1, T - 1] = [1, {steps - 1}], '
                      f'got {tuple(distances)}')
-  derivatives = activation_derivative(states, activation)  # [B, T, H]
+  derivatives = cells.activation_derivative(states, activation)  # [B, T, H]
   # Row layout: a perturbation e of h_{t-n} reaches h_t as e M_n with
   # M_n = W D_{t-n+1} W D_{t-n+2} ... W D_t, so M_{n+1} = W D_{t-n} M_n.
   def one_sequence(derivative):

@@ -32,14 +32,6 @@ from rnnjax import cells
 from rnnjax import recurrence
 
 
-def _derivative(states, activation):
-  if activation == 'tanh':
-    return 1.0 - states * states
-  if activation == 'relu':
-    return (states > 0).astype(states.dtype)
-  return jnp.ones_like(states)
-
-
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
 def _elman_time_major(activation, unroll, w_hh, projected, initial, alive):
   """States ``[T, B, H]`` of h_t = phi(projected[t] + h_{t-1} W_hh); where ``alive[t]``
@@ -68,7 +60,7 @@ def _backward_rule(activation, unroll, residuals, g_states):
   def step(carry_grad, inputs):
     g, h, keep = inputs
     total = g + carry_grad
-    da = total * _derivative(h, activation)  # phi'(a_t) from h_t, one step at a time
+    da = total * cells.activation_derivative(h, activation)  # phi'(a_t) from h_t
     previous = da @ w_hh_t
     if keep is not None:
       da = jnp.where(keep, da, 0.0)
