@@ -28,7 +28,11 @@ import torch
 
 from rnnjax import cells
 from rnnjax import fused
+from rnnjax import models
 from rnnjax import recurrence
+from rnnjax.data import text
+from rnnjax.train import language_model
+from rnnjax.train import optimizers
 
 SHAPES = {'S1': (64, 128, 256, 512), 'S2': (32, 512, 128, 256), 'S3': (16, 1024, 64, 128),
           'S4': (8, 64, 32, 32)}
@@ -145,14 +149,9 @@ def sweep_comparison(batch, runs=32, steps=200):
   """32 char-LM runs (H = 64, T = 64, SGD at 0.5 with global-norm clipping at 1, as the
   main sweep trains) vmapped in one program vs the same runs one after another
   (``train`` per run, the step compiled once for all of them)."""
-  from rnnjax import models
-  from rnnjax.train import language_model
-  from rnnjax.train import optimizers
-
   vocab, hidden, tau = 65, 64, 64
   ids = np.asarray(jax.random.randint(jax.random.key(0), (batch * tau * steps + 1,), 0, vocab),
                    np.int32)
-  from rnnjax.data import text
   inputs, targets = text.stream_windows(ids, batch, tau)
   radii = np.linspace(0.5, 1.5, runs)
   model = models.CharLanguageModel(vocab_size=vocab, hidden_size=hidden, embedding_size=32)

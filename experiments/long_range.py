@@ -125,10 +125,10 @@ def make_run(config, length: int, activation: str):
                                            jnp.zeros((inputs.shape[0], hidden)), last_step_loss)
     return diagnostics.gradient_norm_profile(grads, diagnostics.profile_distances(grads.shape[1]))
 
+  optimizer = optimizers.make_optimizer(config.optimizer, config.learning_rate, 'global_norm')
+
   def run(params, key, clip_threshold):
-    threshold = jnp.where(clip_threshold > 0, clip_threshold, jnp.inf)
-    optimizer = optax.chain(optax.clip_by_global_norm(threshold),
-                            optimizers.OPTIMIZERS[config.optimizer](config.learning_rate))
+    threshold = jnp.where(clip_threshold > 0, clip_threshold, jnp.inf)  # 0: no clipping
     train_key, test_key = jax.random.split(key)
     test_inputs, test_targets = draw(test_key, config.test_size)
     initial_profile = profile(params, test_inputs[:64], test_targets[:64])
@@ -138,11 +138,13 @@ def make_run(config, length: int, activation: str):
       inputs, targets = draw(key, config.batch_size)
       (value, _), grads = jax.value_and_grad(loss, has_aux=True)(params, inputs, targets)
       updates, state = optimizer.update(grads, state, params)
-      clipped = optax.tree.norm(grads) > threshold
+      clipped = optimizers.was_clipped(grads, 'global_norm', threshold)
       return (optax.apply_updates(params, updates), state), (value, clipped)
 
     (params, _), (losses, clipped) = jax.lax.scan(
-        step, (params, optimizer.init(params)), jax.random.split(train_key, config.steps))
+        step, (params, optimizers.with_hyperparameters(optimizer.init(params),
+                                                        clip_threshold=threshold)),
+        jax.random.split(train_key, config.steps))
     _, test_error = loss(params, test_inputs, test_targets)
     return {'test_error': test_error, 'initial_profile': initial_profile,
             'final_profile': profile(params, test_inputs[:64], test_targets[:64]),

@@ -100,13 +100,19 @@ def make_optimizer(name: str, learning_rate: float, clipping: str = 'none',
   base = _injected(name, family, on_divergence)
 
   def init(params):
-    state = base.init(params)
-    hyperparams = dict(state.hyperparams,
-                       learning_rate=jnp.asarray(learning_rate, jnp.float32),
-                       clip_threshold=jnp.asarray(threshold, jnp.float32))
-    return state._replace(hyperparams=hyperparams)
+    return with_hyperparameters(base.init(params), learning_rate=learning_rate,
+                                clip_threshold=threshold)
 
   return optax.GradientTransformation(init, base.update)
+
+
+def with_hyperparameters(opt_state, **values):
+  """``opt_state`` of a ``make_optimizer`` chain with some of its hyperparameters
+  (``learning_rate``, ``clip_threshold``) replaced; the values may be traced arrays,
+  so that a vmapped program gives each run its own."""
+  hyperparams = dict(opt_state.hyperparams)
+  hyperparams.update({name: jnp.asarray(value, jnp.float32) for name, value in values.items()})
+  return opt_state._replace(hyperparams=hyperparams)
 
 
 def was_clipped(gradients, clipping: str, threshold) -> jax.Array:
