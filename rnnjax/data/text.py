@@ -68,3 +68,38 @@ def stream_windows(ids: np.ndarray, batch_size: int, truncation: int):
   inputs = streams[:, :-1].reshape(batch_size, windows, truncation).transpose(1, 0, 2)
   targets = streams[:, 1:].reshape(batch_size, windows, truncation).transpose(1, 0, 2)
   return inputs.astype(np.int32), targets.astype(np.int32)
+
+
+EOS = '<eos>'
+
+
+def words_with_eos(lines) -> list[str]:
+  """Whitespace words of each line followed by ``<eos>``, as in Mikolov's PTB
+  setup (the published word-level perplexities count ``<eos>`` as a word)."""
+  return [word for line in lines for word in line.split() + [EOS]]
+
+
+def word_vocabulary(words) -> list[str]:
+  """The distinct words, most frequent first (ties alphabetical); id i is word i."""
+  counts = {}
+  for word in words:
+    counts[word] = counts.get(word, 0) + 1
+  return sorted(counts, key=lambda word: (-counts[word], word))
+
+
+def encode_words(words, vocabulary) -> np.ndarray:
+  """``<int32>[len(words)]`` ids of each word in ``vocabulary``.
+
+  PTB and WikiText-2 are closed-vocabulary corpora (rare words are already
+  the literal token ``<unk>``), so every word of their validation and test
+  splits is in the training vocabulary.
+
+  Raises:
+    ValueError: naming up to five words missing from the vocabulary.
+  """
+  index = {word: i for i, word in enumerate(vocabulary)}
+  missing = sorted({word for word in words if word not in index})
+  if missing:
+    raise ValueError(f'words: {len(missing)} words are not in the vocabulary, e.g. '
+                     f'{missing[:5]!r}')
+  return np.fromiter((index[word] for word in words), np.int32, len(words))

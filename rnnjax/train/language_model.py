@@ -41,6 +41,44 @@ def cross_entropy(logits, targets):
   return optax.softmax_cross_entropy_with_integer_labels(logits, targets).mean()
 
 
+def masked_nll(logits, targets, mask):
+  """Summed NLL in nats over the positions where ``mask`` is true, and their count.
+
+  Args:
+    logits: ``<float32>[B, T, V]``.
+    targets: ``<int32>[B, T]``.
+    mask: ``<bool>[B, T]``, false at padding (excluded from the loss, as
+      ``ignore_index`` in seed note 000).
+
+  Returns:
+    ``(nll_sum <float32>[], count <float32>[])``; the token-weighted mean NLL
+    is their ratio.
+  """
+  nll = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+  return jnp.sum(jnp.where(mask, nll, 0.0)), jnp.sum(mask).astype(jnp.float32)
+
+
+def perplexity(nll_sum: float, count: float, max_loss: float = 20.0) -> float:
+  """exp of the token-weighted mean NLL; inf when that mean exceeds ``max_loss`` nats
+  (never an overflow; seed note 000 caps at 20) or is not finite.
+
+  Args:
+    nll_sum: summed NLL in nats over ``count`` predicted tokens.
+    count: number of predicted tokens (> 0).
+    max_loss: nats per token above which the perplexity is reported as inf.
+
+  Returns:
+    the perplexity, a Python float in [1, inf].
+
+  Raises:
+    ValueError: for count <= 0.
+  """
+  if not count > 0:
+    raise ValueError(f'count: expected a number of tokens > 0, got {count!r}')
+  mean = float(nll_sum) / float(count)
+  return math.exp(mean) if math.isfinite(mean) and mean <= max_loss else math.inf
+
+
 @dataclasses.dataclass(frozen=True)
 class LoopSettings:
   """How the truncated-BPTT loop runs and what it records.

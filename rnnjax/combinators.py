@@ -1,0 +1,157 @@
+"""Stacked and bidirectional recurrences for any cell.
+
+A *layer* is a function ``layer(params, inputs, initial_state, lengths,
+reverse) -> (outputs [B, T, H], final_state)`` with the contract of
+``recurrence.scan`` (lengths respected, padded outputs zero, a reversed
+layer's final state is the one after reading step 0). ``layer_for`` gives
+one for each cell: the Elman layer is the fused one (``rnnjax.fused``),
+GRU and LSTM run through ``recurrence.scan``.
+
+Params of a stack are a list over layers of a list over directions
+(``params[l][0]`` forward, ``params[l][1]`` backward), each a cell's params.
+States (initial and final) are pytrees whose leaves are
+``[layers, directions, B, H]`` (LSTM: the pair ``(h, c)``, each so).
+This is PyTorch's ``h_n [layers * directions, B, H]`` reshaped.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from rnnjax import cells
+from rnnjax import fused
+from rnnjax import recurrence
+
+CELLS = ('elman', 'gru', 'lstm')
+
+
+def layer_for(cell: str, activation: str = 'tanh'):
+  """The layer function of ``cell`` in CELLS (activation: Elman only).
+
+  Raises:
+    ValueError: for an unknown cell.
+  """
+  if cell == 'elman':
+    return functools.partial(fused.elman_layer, activation=activation)
+  if cell == 'gru':
+    return functools.partial(recurrence.scan, cells.gru_cell)
+  if cell == 'lstm':
+    return functools.partial(recurrence.scan, cells.lstm_cell)
+  raise ValueError(f'cell: expected one of {CELLS}, got {cell!r}')
+
+
+def init_stack(key, cell: str, input_size: int, hidden_size: int, layers: int = 1,
+               directions: int = 1, **init_kwargs):
+  """Params of a stack: ``[layers][directions]`` cell params.
+
+  Layer 0 reads ``input_size`` features, later layers ``directions * H``.
+  ``init_kwargs`` go to ``cells.init_elman`` / ``init_gru`` / ``init_lstm``.
+
+  Raises:
+    ValueError: for an unknown cell, layers < 1 or directions not 1 or 2.
+  """
+  if cell not in CELLS:
+    raise ValueError(f'cell: expected one of {CELLS}, got {cell!r}')
+  if not isinstance(layers, int) or layers < 1:
+    raise ValueError(f'layers: expected an int >= 1, got {layers!r}')
+  if directions not in (1, 2):
+    raise ValueError(f'directions: expected 1 or 2, got {directions!r}')
+  init = {'elman': cells.init_elman, 'gru': cells.init_gru, 'lstm': cells.init_lstm}[cell]
+  keys = jax.random.split(key, layers * directions).reshape(layers, directions)
+  return [[init(keys[l, k], input_size if l == 0 else directions * hidden_size, hidden_size,
+                **init_kwargs) for k in range(directions)] for l in range(layers)]
+
+
+def zero_state(cell: str, layers: int, directions: int, batch_size: int, hidden_size: int):
+  """The zero initial state of a stack, leaves ``<float32>[layers, directions, B, H]``."""
+  zeros = jnp.zeros((layers, directions, batch_size, hidden_size), jnp.float32)
+  return (zeros, zeros) if cell == 'lstm' else zeros
+
+
+def _hidden_size(cell_params):
+  """H of the cells of ``CELLS``: the rows of ``W_hh`` (Elman) or ``W_h`` (GRU, LSTM);
+  None for the params of other layers."""
+  for name in ('W_hh', 'W_h'):
+    if isinstance(cell_params, dict) and name in cell_params:
+      return cell_params[name].shape[0]
+  return None
+
+
+def bidirectional(layer, params, inputs, initial_state, lengths=None):
+  """One bidirectional layer: forward and length-aware reverse, concatenated.
+
+  Args:
+    layer: a layer function (``layer_for``).
+    params: ``[forward_params, backward_params]``.
+    inputs: ``<float32>[B, T, d]``.
+    initial_state: leaves ``[2, B, H]`` (direction first).
+    lengths: optional ``<int32>[B]``.
+
+  Returns:
+    ``(outputs <float32>[B, T, 2H], final)``: outputs hold the forward
+    state then the backward state of each step (zero at padding); final
+    leaves are ``[2, B, H]``: the forward state at ``lengths - 1`` and the
+    backward state at t = 0.
+  """
+  outputs, finals = [], []
+  for direction, direction_params in enumerate(params):
+    state = jax.tree_util.tree_map(lambda s, k=direction: s[k], initial_state)
+    out, final = layer(direction_params, inputs, state, lengths, reverse=direction == 1)
+    outputs.append(out)
+    finals.append(final)
+  return (jnp.concatenate(outputs, axis=-1),
+          jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *finals))
+
+
+def stack(layer, params, inputs, initial_state, lengths=None, dropout_rate: float = 0.0,
+          key=None):
+  """Stacked (and, with two directions per layer, bidirectional) recurrence.
+
+  The outputs of layer l, after dropout, are the inputs of layer l + 1.
+  Dropout (rate p, inverted: kept values are scaled by 1 / (1 - p)) acts
+  between layers only, never on the recurrent connection, with a key split
+  per layer and an independent mask at every step and batch entry.
+
+  Args:
+    layer: a layer function (``layer_for``).
+    params: ``[layers][directions]`` cell params (``init_stack``).
+    inputs: ``<float32>[B, T, d]``.
+    initial_state: leaves ``[layers, directions, B, H]`` (``zero_state``).
+    lengths: optional ``<int32>[B]``, values in [0, T].
+    dropout_rate: p in [0, 1); 0 (default) or key None: no dropout.
+    key: ``jax.random`` key for dropout.
+
+  Returns:
+    ``(outputs <float32>[B, T, directions * H], final)``: the last layer's
+    outputs (zero at padding) and final states with leaves
+    ``[layers, directions, B, H]`` (backward direction: the state at t = 0).
+
+  Raises:
+    ValueError: for a dropout rate outside [0, 1), params that are not
+      ``[layers][directions]`` with one or two directions, or an initial
+      state of another layout (rank, layers, directions, B, or H where the
+      cell's params give it).
+  """
+  if not 0 <= dropout_rate < 1:
+    raise ValueError(f'dropout_rate: expected a value in [0, 1), got {dropout_rate!r}')
+  directions = {len(p) for p in params}
+  if not params or len(directions) != 1 or directions - {1, 2}:
+    raise ValueError(f'params: expected a non-empty list over layers of lists of 1 or 2 '
+                     f'directions, got directions {[len(p) for p in params]}')
+  expected = (len(params), len(params[0]), inputs.shape[0], _hidden_size(params[0][0]))
+  for leaf in jax.tree_util.tree_leaves(initial_state):
+    if leaf.ndim != 4 or any(e is not None and e != n for e, n in zip(expected, leaf.shape)):
+      raise ValueError(f'initial_state: expected leaves [layers, directions, B, H] = '
+                       f'[{", ".join("H" if e is None else str(e) for e in expected)}], '
+                       f'got {leaf.shape}')
+  layer_keys = jax.random.split(key, len(params)) if key is not None else [None] * len(params)
+  finals = []
+  for number, layer_params in enumerate(params):
+    if number and dropout_rate and key is not None:
+      keep = jax.random.bernoulli(layer_keys[number], 1 - dropout_rate, inputs.shape)
+      inputs = jnp.where(keep, inputs / (1 - dropout_rate), 0.0)
+    state = jax.tree_util.tree_map(lambda s, n=number: s[n], initial_state)
+    inputs, final = bidirectional(layer, layer_params, inputs, state, lengths)
+    finals.append(final)
+  return inputs, jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *finals)

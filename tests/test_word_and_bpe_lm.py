@@ -1,0 +1,211 @@
+"""Word-level and BPE language models: corpora, vocabularies, subwords, perplexity, training."""
+
+import json
+import math
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from experiments import bpe_lm
+from experiments.configs import bpe_lm as bpe_lm_config
+from rnnjax import models
+from rnnjax.data import batching
+from rnnjax.data import corpora
+from rnnjax.data import subwords
+from rnnjax.data import text
+from rnnjax.train import language_model
+from rnnjax.train import optimizers
+from rnnjax.train import supervised
+
+# (name, words + one <eos> per line) from ../shared/data/README.md.
+TOKEN_COUNTS = [('ptb.train', 929_589), ('ptb.valid', 73_760), ('ptb.test', 82_430),
+                ('wikitext-2.valid', 217_646), ('wikitext-2.test', 245_569)]
+
+
+@pytest.mark.parametrize('name, tokens', TOKEN_COUNTS)
+def test_word_corpora_have_their_published_token_counts(shared_data_dir, name, tokens):
+  lines = corpora.read_text(name, shared_data_dir, download=False).splitlines()
+  assert len(text.words_with_eos(lines)) == tokens
+
+
+def test_ptb_vocabulary_is_ten_thousand_words_and_covers_test(shared_data_dir):
+  read = lambda split: corpora.read_text(f'ptb.{split}', shared_data_dir, download=False)
+  vocabulary = text.word_vocabulary(text.words_with_eos(read('train').splitlines()))
+  assert len(vocabulary) == 10_000
+  assert vocabulary[:3] == ['the', '<unk>', '<eos>']  # most frequent first
+  ids = text.encode_words(text.words_with_eos(read('test').splitlines()), vocabulary)
+  assert ids.shape == (82_430,) and ids.max() < 10_000
+
+
+def test_every_registered_file_is_verified(shared_data_dir):
+  for name in corpora.CORPORA:
+    assert corpora.corpus_path(name, shared_data_dir, download=False).exists()
+
+
+def test_unknown_words_are_named():
+  with pytest.raises(ValueError, match=r"2 words are not in the vocabulary, e\.g\. \['x', 'y'\]"):
+    text.encode_words(['a', 'x', 'y'], ['a', 'b'])
+
+
+LINES = ['the cat sat on the mat', 'the dog sat on the log', 'a cat and a dog <unk>',
+         'the mat and the log'] * 5
+
+
+def test_bpe_special_ids_do_not_collide():
+  processor, _ = subwords.train_bpe(LINES, 40)
+  assert (processor.pad_id(), processor.unk_id(), processor.bos_id(),
+          processor.eos_id()) == (0, 1, 2, 3)
+  assert processor.vocab_size() == 40
+  pieces = [processor.id_to_piece(i) for i in range(40)]
+  assert len(set(pieces)) == 40
+  literal = processor.piece_to_id('<unk>')  # the corpus's own word, not the unknown id
+  assert literal >= 4
+  for sequence in subwords.encode_lines(processor, LINES + ['', 'the zebra']):
+    assert sequence[0] == subwords.BOS and sequence[-1] == subwords.EOS
+    assert (sequence[1:-1] > subwords.EOS).all() or subwords.UNK in sequence  # no pad/bos/eos
+    assert sequence.max() < 40
+  assert literal in subwords.encode_lines(processor, ['a cat and a dog <unk>'])[0]
+  assert len(subwords.encode_lines(processor, LINES + ['', '  '])) == len(LINES)
+
+
+def test_bpe_vocabulary_too_large_for_the_corpus_is_a_clear_error():
+  with pytest.raises(ValueError, match=r'vocab_size: 5000 is too large for this training text '
+                                       r'.*Please set it to a value <= \d+'):
+    subwords.train_bpe(LINES, 5000)
+  with pytest.raises(ValueError, match=r'vocab_size: expected an int >= 6'):
+    subwords.train_bpe(LINES, 5)
+
+
+def test_perplexity_of_a_uniform_model_is_the_vocabulary_size_and_padding_changes_nothing():
+  vocab = 37
+  targets = jnp.array([[5, 9, 3, 0, 0], [1, 2, 0, 0, 0]])
+  mask = targets != 0
+  uniform = jnp.zeros((2, 5, vocab))
+  total, count = language_model.masked_nll(uniform, targets, mask)
+  assert count == 5
+  assert language_model.perplexity(total, count) == pytest.approx(vocab, rel=1e-6)
+  # more padding, with arbitrary logits at the padded positions: same numbers
+  padded_targets = jnp.pad(targets, ((0, 0), (0, 3)))
+  logits = jax.random.normal(jax.random.key(0), (2, 8, vocab)) * 50
+  logits = logits.at[:, :5].set(0.0)
+  total2, count2 = language_model.masked_nll(logits, padded_targets, padded_targets != 0)
+  assert (float(total2), float(count2)) == (pytest.approx(float(total), rel=1e-6), 5.0)
+
+
+def test_perplexity_is_inf_above_the_cap_not_an_overflow():
+  assert language_model.perplexity(20.0 * 10, 10) == pytest.approx(math.exp(20.0))
+  assert language_model.perplexity(20.5 * 10, 10) == math.inf
+  assert language_model.perplexity(1e6, 1) == math.inf
+  assert language_model.perplexity(math.nan, 3) == math.inf
+  assert language_model.perplexity(0.0, 3) == 1.0
+  with pytest.raises(ValueError, match='count: expected a number of tokens > 0, got 0'):
+    language_model.perplexity(1.0, 0)
+
+
+def test_pad_sequences_rounds_up_and_cuts():
+  ids, lengths = batching.pad_sequences([[5, 6, 7], [8], [1, 2, 3, 4, 5, 6]], multiple=4,
+                                        max_length=5)
+  assert lengths.tolist() == [3, 1, 5]
+  assert ids.tolist() == [[5, 6, 7, 0, 0, 0, 0, 0], [8, 0, 0, 0, 0, 0, 0, 0],
+                          [1, 2, 3, 4, 5, 0, 0, 0]]
+  with pytest.raises(ValueError, match='multiple: expected an int >= 1, got 0'):
+    batching.pad_sequences([[1]], multiple=0)
+
+
+def test_epoch_batches_cover_each_example_once_per_epoch():
+  batches = batching.epoch_batches(10, 3, seed=0)
+  first_epoch = np.concatenate([next(batches) for _ in range(3)])
+  assert len(set(first_epoch.tolist())) == 9  # the tenth is the dropped partial batch
+  with pytest.raises(ValueError, match=r'batch_size: expected an int in \[1, 10\]'):
+    next(batching.epoch_batches(10, 11, seed=0))
+
+
+def _regression_loss(params, batch, key):
+  del key
+  inputs, targets = batch
+  return jnp.mean((inputs @ params['w'] - targets) ** 2)
+
+
+def test_fit_learns_and_stops_on_divergence(tmp_path):
+  rng = np.random.default_rng(0)
+  inputs = rng.normal(size=(64, 3)).astype(np.float32)
+  targets = inputs @ np.array([1.0, -2.0, 0.5], np.float32)
+  batches = iter(lambda: (inputs, targets), None)
+  params, record = supervised.fit(
+      _regression_loss, {'w': jnp.zeros(3)}, optimizers.make_optimizer('sgd', 0.1, 'none', 1.0),
+      batches, 200, jax.random.key(0), clipping='none', log_every=50, workdir=tmp_path)
+  np.testing.assert_allclose(params['w'], [1.0, -2.0, 0.5], atol=1e-4)
+  assert record['steps_done'] == 200 and not record['diverged']
+  lines = [json.loads(line) for line in (tmp_path / 'metrics.jsonl').read_text().splitlines()]
+  assert [line['step'] for line in lines] == [1, 50, 100, 150, 200]
+  assert (tmp_path / 'checkpoint' / '200').is_dir()
+
+  _, record = supervised.fit(  # learning rate 5: the loss grows without bound
+      _regression_loss, {'w': jnp.zeros(3)}, optimizers.make_optimizer('sgd', 5.0, 'none', 1.0),
+      batches, 400, jax.random.key(0), clipping='none', log_every=10)
+  assert record['diverged'] and 10 < record['diverged_step'] <= 400
+  assert record['steps_done'] < record['diverged_step']
+
+
+def _tiny_corpus(folder: pathlib.Path, monkeypatch):
+  """A PTB-shaped corpus under tmp data dir, registered with its own sha256."""
+  rng = np.random.default_rng(0)
+  words = ['the', 'cat', 'dog', 'sat', 'ran', 'on', 'mat', 'log', '<unk>', 'N']
+  for split, lines in (('train', 400), ('valid', 40), ('test', 40)):
+    path = folder / 'ptb' / f'ptb.{split}.txt'
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(''.join(' ' + ' '.join(rng.choice(words, rng.integers(3, 9))) + ' \n'
+                            for _ in range(lines)))
+    monkeypatch.setitem(corpora.CORPORA, f'ptb.{split}',
+                        (f'ptb/ptb.{split}.txt', 'https://example.invalid',
+                         corpora.sha256(path)))
+
+
+@pytest.mark.parametrize('tokens', ['word', 'bpe'])
+def test_experiment_runs_end_to_end(tmp_path, monkeypatch, tokens):
+  _tiny_corpus(tmp_path / 'data', monkeypatch)
+  config = bpe_lm_config.get_config()
+  config.update(data_dir=str(tmp_path / 'data'), tokens=tokens, vocab_size=30, hidden_size=16,
+                embedding_size=8, batch_size=4, truncation=8, steps=60, log_every=30,
+                learning_rate=1e-2, sample_prompt='the cat', sample_length=5)
+  summary = bpe_lm.run(config, tmp_path / 'run')
+  assert summary['status'] == 'finished'
+  saved = json.loads((tmp_path / 'run' / 'summary.json').read_text())
+  # random words: uniform over 10 words and <eos> would be 11; a short run comes near it
+  assert 5 < saved['test_word_perplexity'] < 16
+  if tokens == 'word':
+    assert saved['vocab_size'] == 11
+    assert saved['test_perplexity'] == saved['test_word_perplexity']
+  else:
+    assert saved['test_tokens'] > saved['test_words']  # pieces per word >= 1, plus <eos>
+    assert (tmp_path / 'run' / 'bpe.model').exists()
+  assert saved['sample_greedy'].startswith('the cat | ')
+
+
+@pytest.mark.parametrize('field, value, message', [
+    ('corpus', 'ptb2', r"config.corpus: expected one of \('ptb', 'wikitext-2'\), got 'ptb2'"),
+    ('tokens', 'char', r"config.tokens: expected one of \('word', 'bpe'\), got 'char'"),
+    ('vocab_size', 0, 'config.vocab_size: expected an int >= 1, got 0'),
+    ('sample_temperature', -1.0, 'config.sample_temperature: expected a value >= 0'),
+])
+def test_bad_config_is_named(field, value, message):
+  config = bpe_lm_config.get_config()
+  config[field] = value
+  with pytest.raises(ValueError, match=message):
+    bpe_lm.check_config(config)
+
+
+def test_sequence_scores_equal_scoring_each_sequence_alone(shared_data_dir):
+  lines = corpora.read_text('ptb.train', shared_data_dir, download=False).splitlines()[:500]
+  processor, _ = subwords.train_bpe(lines, 300)
+  sequences = subwords.encode_lines(processor, lines[:40])
+  model = models.CharLanguageModel(300, 32, 16)
+  params = bpe_lm.init_params(model, jax.random.key(0))
+  total, tokens = bpe_lm.sequence_scores(model, params, sequences, batch_size=16)
+  alone = [bpe_lm.sequence_scores(model, params, [s], batch_size=1) for s in sequences]
+  assert tokens == sum(len(s) - 1 for s in sequences) == sum(t for _, t in alone)
+  assert total == pytest.approx(sum(n for n, _ in alone), rel=1e-5)
+  assert total / tokens == pytest.approx(math.log(300), abs=0.1)  # untrained: near uniform
