@@ -1,17 +1,21 @@
-"""Sampling from a language model: a prompt, then greedy or temperature draws."""
+"""Sampling from a language model: a prompt, then greedy, temperature or top-k draws."""
 
 import functools
+import numbers
 
 import jax
 import jax.numpy as jnp
 
 
-def sample(model, params, prompt, length: int, key, temperature: float = 1.0):
+def sample(model, params, prompt, length: int, key, temperature: float = 1.0,
+           top_k: int | None = None):
   """Feeds ``prompt`` through the network, then generates ``length`` tokens.
 
   Each generated token is fed back as the next input (no teacher forcing).
   Temperature 0 is greedy (argmax, no division by zero); temperature t > 0
-  draws from softmax(logits / t).
+  draws from softmax(logits / t), restricted with ``top_k`` = k to the k
+  largest logits of each step (the others get probability 0; k = 1 is greedy
+  at any temperature, k = V draws from the whole softmax).
 
   Args:
     model: a ``CharLanguageModel``.
@@ -20,13 +24,18 @@ def sample(model, params, prompt, length: int, key, temperature: float = 1.0):
     length: number of tokens to generate, >= 0.
     key: a ``jax.random`` key.
     temperature: >= 0.
+    top_k: None (every id may be drawn) or an int k in [1, V].
 
   Returns:
     ``<int32>[length]`` generated ids (the prompt not included), each in [0, V).
 
   Raises:
     ValueError: for an empty prompt, ids outside [0, V), a negative length or
-      temperature.
+      temperature, or a ``top_k`` that is not an int in [1, V].
+
+  References:
+    Fan, Lewis & Dauphin (2018), "Hierarchical Neural Story Generation" (top-k
+    sampling).
   """
   prompt = jnp.asarray(prompt, jnp.int32)
   if prompt.ndim != 1 or prompt.shape[0] < 1:
@@ -39,18 +48,26 @@ def sample(model, params, prompt, length: int, key, temperature: float = 1.0):
     raise ValueError(f'length: expected an int >= 0, got {length!r}')
   if not temperature >= 0:
     raise ValueError(f'temperature: expected a value >= 0, got {temperature!r}')
-  ids = _generator(model, length, temperature == 0)(params, prompt, key,
-                                                     jnp.float32(max(temperature, 1e-30)))
+  if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral)
+                            or not 1 <= top_k <= model.vocab_size):
+    raise ValueError(f'top_k: expected None or an int in [1, V] = [1, {model.vocab_size}], '
+                     f'got {top_k!r}')
+  top_k = None if top_k is None else int(top_k)
+  ids = _generator(model, length, temperature == 0, top_k)(
+      params, prompt, key, jnp.float32(max(temperature, 1e-30)))
   return ids
 
 
 @functools.lru_cache(maxsize=None)
-def _generator(model, length: int, greedy: bool):
+def _generator(model, length: int, greedy: bool, top_k: int | None):
   """A jitted ``generate(params, prompt, key, temperature) -> <int32>[length]``."""
   def choose(logits, key, temperature):
     if greedy:
       return jnp.argmax(logits, axis=-1).astype(jnp.int32)
-    return jax.random.categorical(key, logits / temperature).astype(jnp.int32)
+    if top_k is None:
+      return jax.random.categorical(key, logits / temperature).astype(jnp.int32)
+    best, ids = jax.lax.top_k(logits, top_k)  # [k], largest first
+    return ids[jax.random.categorical(key, best / temperature)].astype(jnp.int32)
 
   @jax.jit
   def generate(params, prompt, key, temperature):
