@@ -73,6 +73,12 @@ def check_config(config) -> None:
     value = config[name]
     if not isinstance(value, int) or value < 1:
       raise ValueError(f'config.{name}: expected an int >= 1, got {value!r}')
+  if not isinstance(config.sample_top_k, int) or config.sample_top_k < 0:
+    raise ValueError(f'config.sample_top_k: expected an int >= 0 (0: no top-k), got '
+                     f'{config.sample_top_k!r}')
+  if not 0 <= config.dropout_rate < 1:
+    raise ValueError(f'config.dropout_rate: expected a value in [0, 1), got '
+                     f'{config.dropout_rate!r}')
   if not config.sample_temperature >= 0:
     raise ValueError(f'config.sample_temperature: expected a value >= 0 (0: greedy), got '
                      f'{config.sample_temperature!r}')
@@ -86,7 +92,8 @@ def make_model(config, vocab_size: int):
   return models.CharLanguageModel(
       vocab_size=vocab_size, hidden_size=config.hidden_size,
       embedding_size=config.embedding_size, activation=config.activation,
-      recurrent_init=config.recurrent_init, radius=config.spectral_radius)
+      recurrent_init=config.recurrent_init, radius=config.spectral_radius,
+      dropout_rate=config.dropout_rate)
 
 
 def make_optimizer(config):
@@ -116,8 +123,10 @@ def train_words(config, workdir: pathlib.Path, key):
   settings = language_model.LoopSettings(steps=config.steps, clipping=config.clipping,
                                          on_divergence=config.on_divergence,
                                          log_every=config.log_every)
-  params, record = language_model.train(model, init_params(model, key), make_optimizer(config),
-                                        inputs, targets, settings, workdir)
+  init_key, dropout_key = jax.random.split(key)
+  params, record = language_model.train(model, init_params(model, init_key),
+                                        make_optimizer(config), inputs, targets, settings,
+                                        workdir, dropout_key)
   scores = {}
   if not record['diverged']:
     for split in ('valid', 'test'):
@@ -177,8 +186,8 @@ def train_subwords(config, workdir: pathlib.Path, key):
       yield jnp.asarray(ids)
 
   def loss_fn(params, ids, key):
-    del key  # no dropout
-    logits, _ = model.apply({'params': params}, ids[:, :-1], model.initial_state(ids.shape[0]))
+    logits, _ = model.apply({'params': params}, ids[:, :-1], model.initial_state(ids.shape[0]),
+                            deterministic=False, rngs={'dropout': key})
     total, count = language_model.masked_nll(logits, ids[:, 1:], ids[:, 1:] != subwords.PAD)
     return total / jnp.maximum(count, 1.0)
 
@@ -222,7 +231,8 @@ def run(config, workdir: pathlib.Path) -> dict:
       prompt = np.array([subwords.BOS] + tokenizer.encode(config.sample_prompt), np.int32)
       decode = lambda ids: tokenizer.decode([int(i) for i in ids])
     for name, temperature in (('greedy', 0.0), ('temperature', config.sample_temperature)):
-      ids = sampling.sample(model, params, prompt, config.sample_length, sample_key, temperature)
+      ids = sampling.sample(model, params, prompt, config.sample_length, sample_key, temperature,
+                            min(config.sample_top_k, model.vocab_size) or None)
       summary[f'sample_{name}'] = f'{config.sample_prompt} | {decode(np.asarray(ids))}'
   summary['elapsed_seconds'] = time.perf_counter() - started
   write_json_atomically(workdir / 'summary.json', summary)
@@ -248,7 +258,8 @@ def main(argv):
     print(line)
   print(f'{summary["steps_done"]} steps, {summary["elapsed_seconds"]:.0f} s')
   print(f'greedy: {summary["sample_greedy"]}')
-  print(f'temperature {FLAGS.config.sample_temperature}: {summary["sample_temperature"]}')
+  print(f'temperature {FLAGS.config.sample_temperature}, top-k {FLAGS.config.sample_top_k}: '
+        f'{summary["sample_temperature"]}')
 
 
 if __name__ == '__main__':

@@ -51,6 +51,9 @@ class CharLanguageModel(nn.Module):
     hidden_size: H.
     embedding_size: E; 0 feeds one-hot vectors (d = V), as in seed note 001.
     activation, recurrent_init, radius, biases: of the Elman layer.
+    dropout_rate: dropout on the recurrence's inputs and outputs (never on
+      the recurrent connection; Zaremba et al. 2014), active only when
+      called with ``deterministic=False`` and a 'dropout' rng.
   """
   vocab_size: int
   hidden_size: int
@@ -59,6 +62,7 @@ class CharLanguageModel(nn.Module):
   recurrent_init: str = 'gaussian'
   radius: float = 1.0
   biases: int = 1
+  dropout_rate: float = 0.0
 
   def setup(self):
     if self.embedding_size:
@@ -66,6 +70,7 @@ class CharLanguageModel(nn.Module):
     self.recurrence = Elman(self.hidden_size, self.activation, self.recurrent_init, self.radius,
                             self.biases)
     self.head = nn.Dense(self.vocab_size)
+    self.dropout = nn.Dropout(self.dropout_rate)
 
   def embed(self, ids):
     """``<int32>[B, T] -> <float32>[B, T, d]`` (an embedding or one-hot)."""
@@ -77,9 +82,10 @@ class CharLanguageModel(nn.Module):
     """``<float32>[..., H] -> <float32>[..., V]``."""
     return self.head(states)
 
-  def __call__(self, ids, initial_state):
-    states, final = self.recurrence(self.embed(ids), initial_state)
-    return self.logits(states), final
+  def __call__(self, ids, initial_state, deterministic: bool = True):
+    inputs = self.dropout(self.embed(ids), deterministic=deterministic)
+    states, final = self.recurrence(inputs, initial_state)
+    return self.logits(self.dropout(states, deterministic=deterministic)), final
 
   def initial_state(self, batch_size: int):
     return jnp.zeros((batch_size, self.hidden_size), jnp.float32)

@@ -142,6 +142,11 @@ def test_fit_learns_and_stops_on_divergence(tmp_path):
   lines = [json.loads(line) for line in (tmp_path / 'metrics.jsonl').read_text().splitlines()]
   assert [line['step'] for line in lines] == [1, 50, 100, 150, 200]
   assert (tmp_path / 'checkpoint' / '200').is_dir()
+  supervised.fit(  # a rerun into the same folder replaces the run before it
+      _regression_loss, {'w': jnp.zeros(3)}, optimizers.make_optimizer('sgd', 0.1, 'none', 1.0),
+      batches, 50, jax.random.key(0), clipping='none', log_every=50, workdir=tmp_path)
+  assert sorted(p.name for p in (tmp_path / 'checkpoint').iterdir()) == ['50']
+  assert len((tmp_path / 'metrics.jsonl').read_text().splitlines()) == 2
 
   _, record = supervised.fit(  # learning rate 5: the loss grows without bound
       _regression_loss, {'w': jnp.zeros(3)}, optimizers.make_optimizer('sgd', 5.0, 'none', 1.0),
@@ -170,7 +175,7 @@ def test_experiment_runs_end_to_end(tmp_path, monkeypatch, tokens):
   config = bpe_lm_config.get_config()
   config.update(data_dir=str(tmp_path / 'data'), tokens=tokens, vocab_size=30, hidden_size=16,
                 embedding_size=8, batch_size=4, truncation=8, steps=60, log_every=30,
-                learning_rate=1e-2, sample_prompt='the cat', sample_length=5)
+                learning_rate=1e-2, dropout_rate=0.0, sample_prompt='the cat', sample_length=5)
   summary = bpe_lm.run(config, tmp_path / 'run')
   assert summary['status'] == 'finished'
   saved = json.loads((tmp_path / 'run' / 'summary.json').read_text())
@@ -209,3 +214,18 @@ def test_sequence_scores_equal_scoring_each_sequence_alone(shared_data_dir):
   assert tokens == sum(len(s) - 1 for s in sequences) == sum(t for _, t in alone)
   assert total == pytest.approx(sum(n for n, _ in alone), rel=1e-5)
   assert total / tokens == pytest.approx(math.log(300), abs=0.1)  # untrained: near uniform
+
+
+def test_dropout_acts_only_in_training():
+  ids = jnp.array([[3, 1, 4, 1, 5, 9]])
+  plain = models.CharLanguageModel(10, 8, 4)
+  dropped = models.CharLanguageModel(10, 8, 4, dropout_rate=0.5)
+  params = plain.init(jax.random.key(0), ids, plain.initial_state(1))['params']
+  expected, _ = plain.apply({'params': params}, ids, plain.initial_state(1))
+  evaluated, _ = dropped.apply({'params': params}, ids, plain.initial_state(1))
+  np.testing.assert_array_equal(evaluated, expected)
+  train = lambda seed: dropped.apply({'params': params}, ids, plain.initial_state(1),
+                                     deterministic=False, rngs={'dropout': jax.random.key(seed)})[0]
+  assert not np.allclose(train(1), expected)
+  assert not np.allclose(train(1), train(2))
+  np.testing.assert_array_equal(train(1), train(1))

@@ -36,6 +36,7 @@ def get_config():
   config.activation = 'tanh'
   config.recurrent_init = 'gaussian'  # gaussian | orthogonal | identity | uniform
   config.spectral_radius = 1.0  # of W_hh at init
+  config.dropout_rate = 0.3  # on the embeddings and the states fed to the softmax
 
   config.batch_size = 32
   config.steps = 6000  # training steps (word mode: windows; bpe mode: batches)
@@ -50,5 +51,5 @@ def get_config():
   config.sample_prompt = 'the company said'
   config.sample_length = 30
   config.sample_temperature = 0.8
-  config.sample_top_k = 40
+  config.sample_top_k = 40  # 0: no top-k; at most V
   return config

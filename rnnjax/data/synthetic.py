@@ -13,12 +13,17 @@ References:
   Pascanu, Mikolov & Bengio (2013), section 5.1 (temporal order, adding,
   noiseless memorization).
   Arjovsky, Shah & Bengio (2016), "Unitary evolution RNNs", the copy task.
+  Zaremba & Sutskever (2014), "Learning to execute" (digit-string tasks
+  for sequence to sequence); Sutskever, Vinyals & Le (2014), reversal.
 """
 
 import math
 
 import jax
 import jax.numpy as jnp
+
+from rnnjax import recurrence
+from rnnjax import seq2seq
 
 # Always predicting 1 (the mean of a sum of two U(0, 1)) has MSE Var = 2/12.
 ADDING_BASELINE_MSE = 1.0 / 6.0
@@ -27,6 +32,9 @@ TEMPORAL_ORDER_SYMBOLS = 6  # a, b, c, d (distractors), X, Y
 TEMPORAL_ORDER_BASELINE_LOSS = math.log(TEMPORAL_ORDER_CLASSES)  # uniform guess, nats
 COPY_ALPHABET = 8  # data symbols 1..8; 0 is blank, 9 the delimiter
 COPY_SYMBOLS = COPY_ALPHABET + 2
+# Digit reversal: ids 0, 1, 2 are seq2seq's PAD, BOS and EOS; digit k is id 3 + k.
+REVERSAL_FIRST_DIGIT = 3
+REVERSAL_VOCAB_SIZE = REVERSAL_FIRST_DIGIT + 10
 
 
 def _check(batch_size, length, minimum):
@@ -119,3 +127,37 @@ def copy(key, batch_size: int, length: int, memory: int = 10):
 def copy_baseline_loss(length: int, memory: int = 10) -> float:
   """Cross-entropy per step, in nats, of the memoryless copy-task baseline."""
   return memory * math.log(COPY_ALPHABET) / (length + 2 * memory)
+
+
+def reverse_digits(key, batch_size: int, max_digits: int, min_digits: int = 1):
+  """Digit reversal for sequence to sequence: read a digit string, write it backwards.
+
+  Each source holds L digits, L uniform in [min_digits, max_digits], each
+  uniform in 0-9 (id ``REVERSAL_FIRST_DIGIT`` + digit), then PAD; its
+  target is the same digits in reverse order, then EOS, then PAD. Ids are
+  ``seq2seq.PAD`` = 0, ``BOS`` = 1 (never in the data; the decoder's first
+  input), ``EOS`` = 2 and the digits 3 to 12 (``REVERSAL_VOCAB_SIZE`` = 13).
+  Exact match by chance, a uniform guess of the digits given L, is 10^-L.
+
+  Returns:
+    ``(sources <int32>[B, max_digits], targets <int32>[B, max_digits + 1])``.
+
+  Raises:
+    ValueError: for B < 1, min_digits < 1 or max_digits < min_digits.
+  """
+  for name, value in (('batch_size', batch_size), ('max_digits', max_digits)):
+    if not isinstance(value, int) or value < 1:
+      raise ValueError(f'{name}: expected an int >= 1, got {value!r}')
+  if not isinstance(min_digits, int) or not 1 <= min_digits <= max_digits:
+    raise ValueError(f'min_digits: expected an int in [1, max_digits] = [1, {max_digits}], '
+                     f'got {min_digits!r}')
+  key_lengths, key_digits = jax.random.split(key)
+  lengths = jax.random.randint(key_lengths, (batch_size,), min_digits, max_digits + 1)
+  digits = jax.random.randint(key_digits, (batch_size, max_digits), 0, 10)
+  steps = jnp.arange(max_digits + 1)[None, :]
+  sources = jnp.where(steps[:, :-1] < lengths[:, None], REVERSAL_FIRST_DIGIT + digits,
+                      seq2seq.PAD)
+  targets = jnp.pad(recurrence.reverse_within_lengths(sources, lengths), ((0, 0), (0, 1)),
+                    constant_values=seq2seq.PAD)
+  targets = jnp.where(steps == lengths[:, None], seq2seq.EOS, targets)
+  return sources.astype(jnp.int32), targets.astype(jnp.int32)

@@ -125,28 +125,29 @@ def step_functions(model, update, clipping: str):
   """Jitted training steps for one model and one optimizer ``update``.
 
   Returns:
-    ``(step, group_step)``: ``step(params, opt_state, carry, inputs, targets)
-    -> (params, opt_state, carry, metrics)`` with ``inputs, targets
-    <int32>[B, tau]`` and ``carry [B, H]``; ``group_step`` is the same vmapped
-    over a leading run axis of params, opt_state and carry (the data is
-    shared). Metrics: loss (nats), the pre-clip global gradient norm and
+    ``(step, group_step)``: ``step(params, opt_state, carry, inputs, targets,
+    key) -> (params, opt_state, carry, metrics)`` with ``inputs, targets
+    <int32>[B, tau]``, ``carry [B, H]`` and ``key`` the step's dropout key;
+    ``group_step`` is the same vmapped over a leading run axis of params,
+    opt_state and carry (the data and the key are shared). Metrics: loss (nats), the pre-clip global gradient norm and
     whether clipping changed the gradient (at ``opt_state.hyperparams
     ['clip_threshold']``).
   """
-  def loss_fn(params, carry, inputs, targets):
-    logits, final = model.apply({'params': params}, inputs, carry)
+  def loss_fn(params, carry, inputs, targets, key):
+    logits, final = model.apply({'params': params}, inputs, carry, deterministic=False,
+                                rngs={'dropout': key})
     return cross_entropy(logits, targets), final
 
-  def step(params, opt_state, carry, inputs, targets):
+  def step(params, opt_state, carry, inputs, targets, key):
     (loss, final), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, carry, inputs,
-                                                                     targets)
+                                                                     targets, key)
     threshold = opt_state.hyperparams['clip_threshold']
     metrics = {'loss': loss, 'grad_norm': optax.tree.norm(grads),
                'clipped': optimizers.was_clipped(grads, clipping, threshold)}
     updates, opt_state = update(grads, opt_state, params)
     return optax.apply_updates(params, updates), opt_state, final, metrics
 
-  return jax.jit(step), jax.jit(jax.vmap(step, in_axes=(0, 0, 0, None, None)))
+  return jax.jit(step), jax.jit(jax.vmap(step, in_axes=(0, 0, 0, None, None, None)))
 
 
 @functools.lru_cache(maxsize=None)
@@ -251,19 +252,19 @@ def _unstack(tree, count):
 
 
 def train(model, params, optimizer, inputs, targets, settings: LoopSettings,
-          workdir: str | os.PathLike | None = None):
+          workdir: str | os.PathLike | None = None, dropout_key=None):
   """Runs truncated BPTT over the windows of a stream: ``train_group`` for one run.
 
   Returns:
     ``(params, record)`` as one element of ``train_group``'s lists.
   """
   params, records = train_group(model, [params], [optimizer], inputs, targets, settings,
-                                None if workdir is None else [workdir])
+                                None if workdir is None else [workdir], dropout_key)
   return params[0], records[0]
 
 
 def train_group(model, params, optimizers_, inputs, targets, settings: LoopSettings,
-                workdirs=None):
+                workdirs=None, dropout_key=None):
   """Trains R runs together, one vmapped step per window, on the same windows.
 
   At the first step, every ``log_every`` steps and at the last it logs each
@@ -289,6 +290,8 @@ def train_group(model, params, optimizers_, inputs, targets, settings: LoopSetti
     inputs, targets: ``<int32>[W, B, tau]`` from ``stream_windows``.
     settings: ``LoopSettings``.
     workdirs: list of R folders, or None to write nothing.
+    dropout_key: ``jax.random`` key of the model's dropout (folded with the
+      step number; every run of the group gets the same masks); None: key 0.
 
   Returns:
     ``(params, records)``: lists of R final params and R dicts with
@@ -302,6 +305,7 @@ def train_group(model, params, optimizers_, inputs, targets, settings: LoopSetti
       list lengths differ.
   """
   runs = len(params)
+  dropout_key = jax.random.key(0) if dropout_key is None else dropout_key
   if len(optimizers_) != runs or (workdirs is not None and len(workdirs) != runs):
     raise ValueError(f'optimizers_, workdirs: expected {runs} of each (one per run), got '
                      f'{len(optimizers_)} and {None if workdirs is None else len(workdirs)}')
@@ -341,7 +345,8 @@ def train_group(model, params, optimizers_, inputs, targets, settings: LoopSetti
       profiles = profile_fn(stacked, carry, inputs[window], targets[window])
       w_hh = stacked['recurrence']['cell']['W_hh']
     stacked, opt_state, carry, metrics = group_step(stacked, opt_state, carry, inputs[window],
-                                                    targets[window])
+                                                    targets[window],
+                                                    jax.random.fold_in(dropout_key, step))
     pending.append(metrics)
     if not logged:
       continue

@@ -8,6 +8,7 @@ per (loss function, batch shape). Losses are in nats.
 import json
 import math
 import pathlib
+import shutil
 import time
 
 from absl import logging
@@ -27,7 +28,7 @@ def fit(loss_fn, params, optimizer, batches, steps: int, key, *, clipping: str =
   loss since the last line, the pre-clip global gradient norm and steps
   per second, and with a workdir appends them as a JSON line to
   ``<workdir>/metrics.jsonl``; at the end it writes an orbax checkpoint of
-  the params to ``<workdir>/checkpoint`` (atomic: orbax writes to a
+  the params to ``<workdir>/checkpoint`` (replacing an earlier run's; atomic: orbax writes to a
   temporary folder and renames it). A non-finite loss with
   on_divergence='stop' ends the run at the log line that sees it and
   returns the params of the last finite log line; with 'skip' (and an
@@ -75,6 +76,7 @@ def fit(loss_fn, params, optimizer, batches, steps: int, key, *, clipping: str =
     pathlib.Path(workdir).mkdir(parents=True, exist_ok=True)
     metrics_path = pathlib.Path(workdir) / 'metrics.jsonl'
     metrics_path.unlink(missing_ok=True)
+    shutil.rmtree(pathlib.Path(workdir) / 'checkpoint', ignore_errors=True)  # a rerun starts afresh
   record = {'steps_done': 0, 'diverged': False, 'diverged_step': None, 'skipped_steps': 0,
             'final_train_loss': math.nan, 'clipped_fraction': 0.0, 'seconds': 0.0}
   opt_state = optimizer.init(params)
@@ -124,6 +126,5 @@ def fit(loss_fn, params, optimizer, batches, steps: int, key, *, clipping: str =
         pathlib.Path(workdir).absolute() / 'checkpoint',
         options=ocp.CheckpointManagerOptions(max_to_keep=1,
                                              enable_async_checkpointing=False)) as manager:
-      manager.save(record['steps_done'], args=ocp.args.StandardSave({'params': params}),
-                   force=True)
+      manager.save(record['steps_done'], args=ocp.args.StandardSave({'params': params}))
   return params, record

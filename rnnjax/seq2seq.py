@@ -1,0 +1,240 @@
+"""Sequence to sequence: a recurrent encoder whose final state starts a recurrent decoder.
+
+The encoder reads the embedded, right-padded source with its lengths; its
+state after each sequence's last real token (not after the padding) is the
+decoder's initial state. The decoder is a cell of the same kind with an
+output head, logits = h W_out + b_out. In training it is teacher-forced:
+its inputs are ``<bos>`` followed by the target shifted right by one, and
+the loss is the mean negative log-likelihood (nats) over the real target
+tokens, the closing ``<eos>`` included and the padding masked. At test time
+it decodes greedily (argmax) or by sampling at a temperature, feeding each
+token back in, until ``<eos>`` or a maximum length.
+
+Token ids: ``PAD`` = 0, ``BOS`` = 1, ``EOS`` = 2; a task's own tokens follow.
+Params are a plain dict (``init``)::
+
+  {'embedding': [V, E], 'encoder': cell params (d = E), 'decoder': cell params (d = E),
+   'W_out': [H, V], 'b_out': [V]}
+
+with source and target sharing the embedding. Shapes: B batch, S source
+steps, T target steps, V vocabulary, E embedding, H hidden units.
+
+References:
+  Sutskever, Vinyals & Le (2014), "Sequence to sequence learning with neural
+  networks"; Cho et al. (2014), "Learning phrase representations using RNN
+  encoder-decoder for statistical machine translation".
+"""
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from rnnjax import cells
+from rnnjax import combinators
+
+PAD, BOS, EOS = 0, 1, 2
+CELLS = ('elman', 'gru')
+
+
+def _check_cell(cell: str) -> None:
+  if cell not in CELLS:
+    raise ValueError(f'cell: expected one of {CELLS}, got {cell!r}')
+
+
+def step_function(cell: str):
+  """One step ``cell(params, carry, x) -> (carry, y)``: tanh Elman or GRU.
+
+  Raises:
+    ValueError: for a cell not in CELLS.
+  """
+  _check_cell(cell)
+  return cells.elman('tanh') if cell == 'elman' else cells.gru_cell
+
+
+def init(key, cell: str, vocab_size: int, embedding_size: int, hidden_size: int):
+  """Params of an encoder-decoder.
+
+  The embedding is N(0, 1) (PyTorch's ``nn.Embedding``), the cells use
+  their own defaults (``cells.init_elman``: Gaussian W_hh at spectral radius
+  1; ``cells.init_gru``: PyTorch's uniform), W_out is N(0, 1 / H) and b_out 0.
+
+  Args:
+    key: a ``jax.random`` key.
+    cell: 'elman' or 'gru', for encoder and decoder both.
+    vocab_size: V, special ids included.
+    embedding_size: E.
+    hidden_size: H.
+
+  Returns:
+    The params dict of the module docstring, all ``float32``.
+
+  Raises:
+    ValueError: for an unknown cell or a size < 1.
+  """
+  _check_cell(cell)
+  for name, size in (('vocab_size', vocab_size), ('embedding_size', embedding_size)):
+    if not isinstance(size, int) or size < 1:
+      raise ValueError(f'{name}: expected a positive int, got {size!r}')
+  init_cell = cells.init_elman if cell == 'elman' else cells.init_gru
+  key_embedding, key_encoder, key_decoder, key_out = jax.random.split(key, 4)
+  return {
+      'embedding': jax.random.normal(key_embedding, (vocab_size, embedding_size), jnp.float32),
+      'encoder': init_cell(key_encoder, embedding_size, hidden_size),
+      'decoder': init_cell(key_decoder, embedding_size, hidden_size),
+      'W_out': jax.random.normal(key_out, (hidden_size, vocab_size), jnp.float32)
+               * hidden_size ** -0.5,
+      'b_out': jnp.zeros((vocab_size,), jnp.float32),
+  }
+
+
+def lengths_of(ids):
+  """The number of non-pad ids of each right-padded row: ``<int32>[B]`` from ``[B, T]``."""
+  return jnp.sum(ids != PAD, axis=-1).astype(jnp.int32)
+
+
+def encode(cell: str, params, sources):
+  """The encoder's state after each source's last real token.
+
+  Args:
+    cell: 'elman' or 'gru'.
+    params: ``init``'s dict.
+    sources: ``<int32>[B, S]`` ids, right-padded with PAD.
+
+  Returns:
+    ``<float32>[B, H]``; for an all-pad row, the zero initial state.
+
+  Raises:
+    ValueError: for an unknown cell.
+  """
+  _check_cell(cell)
+  initial = jnp.zeros((sources.shape[0], params['W_out'].shape[0]), jnp.float32)
+  _, final = combinators.layer_for(cell)(params['encoder'], params['embedding'][sources], initial,
+                                         lengths_of(sources))
+  return final
+
+
+def decoder_inputs(targets):
+  """Teacher forcing: ``<bos>`` then the target shifted right, ``<int32>[B, T]`` from ``[B, T]``."""
+  bos = jnp.full((targets.shape[0], 1), BOS, targets.dtype)
+  return jnp.concatenate([bos, targets[:, :-1]], axis=1)
+
+
+def teacher_forced_logits(cell: str, params, sources, targets):
+  """The decoder's logits for every target position, given the true previous tokens.
+
+  Args:
+    cell: 'elman' or 'gru'.
+    params: ``init``'s dict.
+    sources: ``<int32>[B, S]``, right-padded with PAD.
+    targets: ``<int32>[B, T]``, each ending in EOS, then right-padded with PAD.
+
+  Returns:
+    ``<float32>[B, T, V]``: position t scores target token t. Positions
+    past a target's end hold values that the loss masks.
+
+  Raises:
+    ValueError: for an unknown cell.
+  """
+  state = encode(cell, params, sources)
+  outputs, _ = combinators.layer_for(cell)(params['decoder'],
+                                           params['embedding'][decoder_inputs(targets)], state)
+  return outputs @ params['W_out'] + params['b_out']
+
+
+def loss(cell: str, params, sources, targets):
+  """Mean negative log-likelihood per real target token (EOS included, PAD masked), nats.
+
+  Args:
+    cell, params, sources, targets: as ``teacher_forced_logits``.
+
+  Returns:
+    ``<float32>[]``. Extra PAD columns on sources or targets leave it unchanged.
+
+  Raises:
+    ValueError: for an unknown cell.
+  """
+  logits = teacher_forced_logits(cell, params, sources, targets)
+  real = (targets != PAD).astype(jnp.float32)
+  negative_log_likelihood = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+  return jnp.sum(negative_log_likelihood * real) / jnp.maximum(jnp.sum(real), 1.0)
+
+
+def decode(cell: str, params, sources, max_length: int, temperature: float = 0.0, key=None):
+  """Free-running decoding: each chosen token is the next input, until EOS or max_length.
+
+  A ``jax.lax.scan`` over ``max_length`` steps with a done-mask: once a row
+  has produced EOS every later token of that row is PAD. Temperature 0 is
+  greedy (argmax); temperature t > 0 draws from softmax(logits / t).
+
+  Args:
+    cell: 'elman' or 'gru'.
+    params: ``init``'s dict.
+    sources: ``<int32>[B, S]``, right-padded with PAD.
+    max_length: the number of decoding steps, >= 1 (static).
+    temperature: >= 0 (static: 0 and > 0 are different programs).
+    key: a ``jax.random`` key; needed when temperature > 0.
+
+  Returns:
+    ``<int32>[B, max_length]``: each row's tokens up to and including its
+    first EOS, then PAD (no EOS within max_length: max_length tokens).
+
+  Raises:
+    ValueError: for an unknown cell, max_length < 1, a negative temperature
+      or no key for temperature > 0.
+  """
+  step = step_function(cell)
+  if not isinstance(max_length, int) or max_length < 1:
+    raise ValueError(f'max_length: expected an int >= 1, got {max_length!r}')
+  if not temperature >= 0:
+    raise ValueError(f'temperature: expected a value >= 0 (0: greedy), got {temperature!r}')
+  if temperature > 0 and key is None:
+    raise ValueError(f'key: expected a jax.random key to sample at temperature {temperature}, '
+                     'got None')
+  batch_size = sources.shape[0]
+
+  def body(carry, step_key):
+    state, previous, done = carry
+    state, output = step(params['decoder'], state, params['embedding'][previous])
+    logits = output @ params['W_out'] + params['b_out']
+    if step_key is None:
+      token = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    else:
+      token = jax.random.categorical(step_key, logits / temperature).astype(jnp.int32)
+    token = jnp.where(done, PAD, token)
+    return (state, token, done | (token == EOS)), token
+
+  carry = (encode(cell, params, sources), jnp.full((batch_size,), BOS, jnp.int32),
+           jnp.zeros((batch_size,), bool))
+  step_keys = jax.random.split(key, max_length) if temperature > 0 else None
+  _, tokens = jax.lax.scan(body, carry, step_keys, length=max_length)
+  return tokens.T
+
+
+def accuracies(decoded, targets):
+  """Exact-match and per-token accuracy of decoded sequences.
+
+  A row matches exactly when its tokens up to and including EOS equal the
+  target's and it is PAD after (both are compared padded to the wider of
+  the two). Per-token accuracy counts the real target positions (EOS
+  included) where the decoded token is the target token.
+
+  Args:
+    decoded: ``<int32>[B, M]`` (``decode``'s output).
+    targets: ``<int32>[B, T]``, each ending in EOS, then PAD.
+
+  Returns:
+    ``(exact <bool>[B], token_accuracy <float32>[])``.
+
+  Raises:
+    ValueError: if the batch sizes differ.
+  """
+  if decoded.shape[0] != targets.shape[0]:
+    raise ValueError(f'decoded: expected batch size {targets.shape[0]} (that of targets), '
+                     f'got shape {decoded.shape}')
+  width = max(decoded.shape[1], targets.shape[1])
+  widen = lambda ids: jnp.pad(ids, ((0, 0), (0, width - ids.shape[1])), constant_values=PAD)
+  decoded, targets = widen(decoded), widen(targets)
+  exact = jnp.all(decoded == targets, axis=1)
+  real = targets != PAD
+  token_accuracy = jnp.sum((decoded == targets) & real) / jnp.maximum(jnp.sum(real), 1)
+  return exact, token_accuracy.astype(jnp.float32)
