@@ -154,11 +154,11 @@ def sweep_comparison(batch, runs=32, steps=200):
                    np.int32)
   inputs, targets = text.stream_windows(ids, batch, tau)
   radii = np.linspace(0.5, 1.5, runs)
-  model = models.CharLanguageModel(vocab_size=vocab, hidden_size=hidden, embedding_size=32)
+  model = models.LanguageModel(vocab_size=vocab, hidden_size=hidden, embedding_size=32)
   optimizer = optimizers.make_optimizer('sgd', 0.5, 'global_norm', 1.0)
   settings = language_model.LoopSettings(steps=steps, clipping='global_norm',
                                          log_every=steps)
-  params = [models.CharLanguageModel(vocab_size=vocab, hidden_size=hidden, embedding_size=32,
+  params = [models.LanguageModel(vocab_size=vocab, hidden_size=hidden, embedding_size=32,
                                      radius=float(r)).init(jax.random.key(i), inputs[0],
                                                            model.initial_state(batch))['params']
             for i, r in enumerate(radii)]

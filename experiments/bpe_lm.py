@@ -89,7 +89,7 @@ def read_lines(config, split: str) -> list[str]:
 
 
 def make_model(config, vocab_size: int):
-  return models.CharLanguageModel(
+  return models.LanguageModel(
       vocab_size=vocab_size, hidden_size=config.hidden_size,
       embedding_size=config.embedding_size, activation=config.activation,
       recurrent_init=config.recurrent_init, radius=config.spectral_radius,

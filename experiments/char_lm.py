@@ -125,7 +125,7 @@ def run_group(configs, workdirs) -> list[dict]:
       validation_ids, first.batch_size, first.truncation)
 
   def model_for(config):
-    return models.CharLanguageModel(
+    return models.LanguageModel(
         vocab_size=len(vocabulary), hidden_size=config.hidden_size,
         embedding_size=config.embedding_size, activation=config.activation,
         recurrent_init=config.recurrent_init, radius=config.spectral_radius)

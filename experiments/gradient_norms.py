@@ -170,10 +170,10 @@ def network_study(run: pathlib.Path, radii, window: int):
                   recurrent_init=config['recurrent_init'])
   rows = {}
   for rho in radii:
-    model = models.CharLanguageModel(radius=rho, **settings)
+    model = models.LanguageModel(radius=rho, **settings)
     params = model.init(jax.random.key(config['seed']), inputs, model.initial_state(64))['params']
     rows[f'init, rho={rho}'] = network_profiles(model, params, inputs, targets, distances)
-  model = models.CharLanguageModel(radius=config['spectral_radius'], **settings)
+  model = models.LanguageModel(radius=config['spectral_radius'], **settings)
   radius = float(initializers.spectral_radius(trained['recurrence']['cell']['W_hh']))
   rows[f'trained ({run.name}), rho={radius:.2f}'] = network_profiles(
       model, trained, inputs, targets, distances)

@@ -40,8 +40,8 @@ class Elman(nn.Module):
     return fused.elman_layer(params, inputs, initial_state, lengths, reverse, self.activation)
 
 
-class CharLanguageModel(nn.Module):
-  """Character (or any token) language model with an Elman recurrence.
+class LanguageModel(nn.Module):
+  """A language model over any tokens (characters, words, BPE pieces) with an Elman recurrence.
 
   ``(ids <int32>[B, T], h0 <float32>[B, H]) -> (logits <float32>[B, T, V], h_T [B, H])``;
   logits at step t score the token at t + 1 (teacher forcing, seed note 000).

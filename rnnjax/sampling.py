@@ -18,7 +18,7 @@ def sample(model, params, prompt, length: int, key, temperature: float = 1.0,
   at any temperature, k = V draws from the whole softmax).
 
   Args:
-    model: a ``CharLanguageModel``.
+    model: a ``LanguageModel``.
     params: its params.
     prompt: ``<int32>[P]`` token ids, P >= 1.
     length: number of tokens to generate, >= 0.

@@ -23,7 +23,7 @@ V, H = 11, 16
 def setup(key):
   ids = np.asarray(jax.random.randint(key, (2000,), 0, V), np.int32)
   inputs, targets = text.stream_windows(ids, batch_size=4, truncation=8)
-  model = models.CharLanguageModel(vocab_size=V, hidden_size=H, embedding_size=5)
+  model = models.LanguageModel(vocab_size=V, hidden_size=H, embedding_size=5)
   params = model.init(key, inputs[0], model.initial_state(4))['params']
   return model, params, inputs, targets
 
@@ -134,7 +134,7 @@ def test_step_compiles_once_across_radius_learning_rate_and_threshold(setup):
   runs = [(0.5, 1e-3, 0.5), (1.5, 3e-2, 2.0), (1.0, 1e-2, 100.0)]
   optimizers_ = []
   for i, (radius, learning_rate, threshold) in enumerate(runs):
-    params = models.CharLanguageModel(vocab_size=V, hidden_size=H, embedding_size=5,
+    params = models.LanguageModel(vocab_size=V, hidden_size=H, embedding_size=5,
                                       radius=radius).init(jax.random.key(i), inputs[0],
                                                           model.initial_state(4))['params']
     optimizer = optimizers.make_optimizer('adam', learning_rate, 'global_norm', threshold)
@@ -147,7 +147,7 @@ def test_step_compiles_once_across_radius_learning_rate_and_threshold(setup):
 def test_group_equals_solo_runs(setup):
   model, _, inputs, targets = setup
   settings = language_model.LoopSettings(steps=30, clipping='global_norm', log_every=10)
-  params = [models.CharLanguageModel(vocab_size=V, hidden_size=H, embedding_size=5,
+  params = [models.LanguageModel(vocab_size=V, hidden_size=H, embedding_size=5,
                                      radius=r).init(jax.random.key(i), inputs[0],
                                                     model.initial_state(4))['params']
             for i, r in enumerate((0.5, 1.0, 1.5))]

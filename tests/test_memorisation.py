@@ -22,7 +22,7 @@ def test_memorises_the_quick_brown_fox(tmp_path):
   inputs, targets = text.stream_windows(text.encode(CORPUS, vocabulary), 1, 24)
   assert inputs.shape == (7, 1, 24)  # as the seed's loop: 7 windows, then the carry resets
 
-  model = models.CharLanguageModel(vocab_size=28, hidden_size=48, embedding_size=0)
+  model = models.LanguageModel(vocab_size=28, hidden_size=48, embedding_size=0)
   params = model.init(jax.random.key(0), inputs[0], model.initial_state(1))['params']
   # Seed: every weight N(0, 0.01), biases zero.
   leaves, treedef = jax.tree_util.tree_flatten(params)

@@ -14,7 +14,7 @@ PROMPT = jnp.array([3, 1, 4, 1, 5], jnp.int32)
 
 @pytest.fixture(scope='module')
 def setup():
-  model = models.CharLanguageModel(vocab_size=V, hidden_size=H, embedding_size=E)
+  model = models.LanguageModel(vocab_size=V, hidden_size=H, embedding_size=E)
   params = model.init(jax.random.key(0), PROMPT[None], model.initial_state(1))['params']
   # A larger head spreads the logits, so the k best of a step are well apart from the rest.
   params = {**params, 'head': {**params['head'], 'kernel': 4.0 * params['head']['kernel']}}

@@ -51,7 +51,7 @@ def test_cell_parameter_counts(biases, expected, key):
 def test_bpe_language_model_count():
   # Seed note 000: |V| = 37,580, E = 256, H = 512 (nn.RNN, two biases):
   # 9.6 M embedding, 0.39 M cell, 19.3 M output, 29.3 M in total.
-  model = models.CharLanguageModel(vocab_size=37_580, hidden_size=512, embedding_size=256,
+  model = models.LanguageModel(vocab_size=37_580, hidden_size=512, embedding_size=256,
                                    biases=2)
   shapes = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, 4), jnp.int32),
                           model.initial_state(1))['params']
@@ -76,7 +76,7 @@ def test_ngram_versus_rnn_exercise():
   table = counts.ngram_table_entries(10_000, 20)
   assert table == 10 ** 84
   assert counts.ngram_table_entries(10_000, 21) == table * 10_000  # x |V| per context token
-  model = models.CharLanguageModel(vocab_size=10_000, hidden_size=256, embedding_size=256)
+  model = models.LanguageModel(vocab_size=10_000, hidden_size=256, embedding_size=256)
   shapes = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, 21), jnp.int32),
                           model.initial_state(1))['params']
   # |V| d + h (d + h + 1) + h |V| + |V|, whatever k is.

@@ -207,7 +207,7 @@ def test_sequence_scores_equal_scoring_each_sequence_alone(shared_data_dir):
   lines = corpora.read_text('ptb.train', shared_data_dir, download=False).splitlines()[:500]
   processor, _ = subwords.train_bpe(lines, 300)
   sequences = subwords.encode_lines(processor, lines[:40])
-  model = models.CharLanguageModel(300, 32, 16)
+  model = models.LanguageModel(300, 32, 16)
   params = bpe_lm.init_params(model, jax.random.key(0))
   total, tokens = bpe_lm.sequence_scores(model, params, sequences, batch_size=16)
   alone = [bpe_lm.sequence_scores(model, params, [s], batch_size=1) for s in sequences]
@@ -218,8 +218,8 @@ def test_sequence_scores_equal_scoring_each_sequence_alone(shared_data_dir):
 
 def test_dropout_acts_only_in_training():
   ids = jnp.array([[3, 1, 4, 1, 5, 9]])
-  plain = models.CharLanguageModel(10, 8, 4)
-  dropped = models.CharLanguageModel(10, 8, 4, dropout_rate=0.5)
+  plain = models.LanguageModel(10, 8, 4)
+  dropped = models.LanguageModel(10, 8, 4, dropout_rate=0.5)
   params = plain.init(jax.random.key(0), ids, plain.initial_state(1))['params']
   expected, _ = plain.apply({'params': params}, ids, plain.initial_state(1))
   evaluated, _ = dropped.apply({'params': params}, ids, plain.initial_state(1))

@@ -282,7 +282,7 @@ def train_group(model, params, optimizers_, inputs, targets, settings: LoopSetti
   every run has diverged.
 
   Args:
-    model: a ``CharLanguageModel`` (its apply; the runs' own init settings,
+    model: a ``LanguageModel`` (its apply; the runs' own init settings,
       such as the spectral radius, are already in their params).
     params: list of R params pytrees of that model.
     optimizers_: list of R ``optimizers.make_optimizer`` results that share
