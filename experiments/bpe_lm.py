@@ -24,7 +24,6 @@ summary.json (last, atomically) to the workdir.
 """
 
 import functools
-import math
 import pathlib
 import time
 
