@@ -22,7 +22,6 @@ on relaunch) and writes and prints ``<table>/table.md``.
 """
 
 import json
-import os
 import pathlib
 import time
 
@@ -35,6 +34,7 @@ import numpy as np
 import optax
 from ml_collections import config_flags
 
+from experiments.char_lm import write_json_atomically
 from experiments.configs import classify as classify_config
 from rnnjax import combinators
 from rnnjax.data import batching
@@ -59,13 +59,6 @@ def define_flags():
       '(one subfolder each, on top of --config) and their table.md.')
   flags.mark_flags_as_required(['config'])
   flags.mark_flags_as_mutual_exclusive(['workdir', 'table'], required=True)
-
-
-def write_json_atomically(path: pathlib.Path, record: dict) -> None:
-  """Writes ``record`` to ``path`` through a temporary file and a rename."""
-  partial = path.with_name(path.name + '.part')
-  partial.write_text(json.dumps(record, indent=2, allow_nan=True) + '\n')
-  os.replace(partial, path)
 
 
 def check_config(config) -> None:

@@ -61,3 +61,18 @@ def test_parameter_count_matches_seed_formula(key):
   # Seed note 000: H d + H^2 + H parameters, whatever T is (d = 10, H = 20: 620).
   params = cells.init_elman(key, 10, 20)
   assert sum(p.size for p in jax.tree_util.tree_leaves(params)) == 20 * 10 + 20 * 20 + 20 == 620
+
+
+def test_gru_update_gate_one_keeps_the_old_state(key):
+  """PyTorch's convention: h_t = (1 - z) n + z h_{t-1}, so z = 1 keeps h_{t-1} whatever x is."""
+  params = cells.init_gru(key, 3, 4)
+  hidden = 4
+  saturated = params['b'].at[hidden:2 * hidden].set(1e4)  # gates r, z, n: z's bias huge
+  params = dict(params, b=saturated)
+  h = jnp.array([[0.3, -0.7, 0.1, 0.9]])
+  for x in (jnp.zeros((1, 3)), jnp.array([[5.0, -2.0, 1.0]])):
+    new, _ = cells.gru_cell(params, h, x)
+    np.testing.assert_allclose(new, h, rtol=0, atol=1e-7)
+  params = dict(params, b=saturated.at[hidden:2 * hidden].set(-1e4))  # z = 0: h_t = n
+  new, _ = cells.gru_cell(params, h, jnp.zeros((1, 3)))
+  assert not np.allclose(new, h, atol=1e-2)
