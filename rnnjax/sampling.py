@@ -1,6 +1,7 @@
 """Sampling from a language model: a prompt, then greedy, temperature or top-k draws."""
 
 import functools
+import math
 import numbers
 
 import jax
@@ -37,6 +38,13 @@ def sample(model, params, prompt, length: int, key, temperature: float = 1.0,
     Fan, Lewis & Dauphin (2018), "Hierarchical Neural Story Generation" (top-k
     sampling).
   """
+  if jnp.size(prompt) and not jnp.issubdtype(jnp.asarray(prompt).dtype, jnp.integer):
+    raise ValueError(f'prompt: expected int ids, got dtype {jnp.asarray(prompt).dtype}')
+  if isinstance(length, bool) or not isinstance(length, numbers.Integral) or length < 0:
+    raise ValueError(f'length: expected an int >= 0, got {length!r}')
+  if not isinstance(temperature, numbers.Real) or not 0 <= temperature < math.inf:
+    raise ValueError(f'temperature: expected a finite value >= 0 (0: greedy), got '
+                     f'{temperature!r}')
   prompt = jnp.asarray(prompt, jnp.int32)
   if prompt.ndim != 1 or prompt.shape[0] < 1:
     raise ValueError(f'prompt: expected a non-empty 1-D array of ids, got shape {prompt.shape}')
@@ -44,16 +52,12 @@ def sample(model, params, prompt, length: int, key, temperature: float = 1.0,
       int(prompt.min()) < 0 or int(prompt.max()) >= model.vocab_size):
     raise ValueError(f'prompt: expected ids in [0, V) = [0, {model.vocab_size}), got min '
                      f'{int(prompt.min())} and max {int(prompt.max())}')
-  if length < 0:
-    raise ValueError(f'length: expected an int >= 0, got {length!r}')
-  if not temperature >= 0:
-    raise ValueError(f'temperature: expected a value >= 0, got {temperature!r}')
   if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral)
                             or not 1 <= top_k <= model.vocab_size):
     raise ValueError(f'top_k: expected None or an int in [1, V] = [1, {model.vocab_size}], '
                      f'got {top_k!r}')
   top_k = None if top_k is None else int(top_k)
-  ids = _generator(model, length, temperature == 0, top_k)(
+  ids = _generator(model, int(length), temperature == 0, top_k)(
       params, prompt, key, jnp.float32(max(temperature, 1e-30)))
   return ids
 

@@ -108,7 +108,11 @@ def test_temperature_sampling_stays_in_vocabulary(setup):
 @pytest.mark.parametrize('kwargs, message', [
     (dict(prompt=jnp.zeros((0,), jnp.int32)), r'prompt: expected a non-empty 1-D array of ids, got shape \(0,\)'),
     (dict(length=-1), 'length: expected an int >= 0, got -1'),
-    (dict(temperature=-0.5), 'temperature: expected a value >= 0, got -0.5'),
+    (dict(temperature=-0.5), r'temperature: expected a finite value >= 0 \(0: greedy\), got -0.5'),
+    (dict(temperature=float('inf')), 'temperature: expected a finite value >= 0 .* got inf'),
+    (dict(temperature='1.0'), "temperature: expected a finite value >= 0 .* got '1.0'"),
+    (dict(length=2.5), 'length: expected an int >= 0, got 2.5'),
+    (dict(prompt=jnp.array([1.7, 2.9])), 'prompt: expected int ids, got dtype float32'),
 ])
 def test_sampling_bad_input(setup, kwargs, message):
   model, params, _, _ = setup

@@ -77,6 +77,12 @@ def test_bpe_vocabulary_too_large_for_the_corpus_is_a_clear_error():
     subwords.train_bpe(LINES, 5000)
   with pytest.raises(ValueError, match=r'vocab_size: expected an int >= 6'):
     subwords.train_bpe(LINES, 5)
+  with pytest.raises(ValueError, match=r'vocab_size: 8 is too small for this training text'):
+    subwords.train_bpe(LINES, 8)  # fewer pieces than the corpus has characters
+  with pytest.raises(ValueError, match="lines: expected an iterable of str lines, got a single str"):
+    subwords.train_bpe('the cat sat on the mat', 20)
+  with pytest.raises(ValueError, match='lines: expected at least one non-empty line, got none'):
+    subwords.train_bpe(['', '  '], 20)
 
 
 def test_perplexity_of_a_uniform_model_is_the_vocabulary_size_and_padding_changes_nothing():
@@ -93,6 +99,17 @@ def test_perplexity_of_a_uniform_model_is_the_vocabulary_size_and_padding_change
   logits = logits.at[:, :5].set(0.0)
   total2, count2 = language_model.masked_nll(logits, padded_targets, padded_targets != 0)
   assert (float(total2), float(count2)) == (pytest.approx(float(total), rel=1e-6), 5.0)
+
+
+def test_masked_nll_checks_its_arguments():
+  logits = jnp.zeros((2, 3, 10))
+  targets = jnp.ones((2, 3), jnp.int32)
+  with pytest.raises(ValueError, match=r'expected shape \[B, T\] = \(2, 3\).* got \(2, 3\) and \(3,\)'):
+    language_model.masked_nll(logits, targets, jnp.ones(3, bool))
+  with pytest.raises(ValueError, match='mask: expected dtype bool, got float32'):
+    language_model.masked_nll(logits, targets, jnp.full((2, 3), 0.5))
+  with pytest.raises(ValueError, match=r'targets: expected ids in \[0, V\) = \[0, 10\), got min -1'):
+    language_model.masked_nll(logits, targets.at[0, 0].set(-1), targets > 0)
 
 
 def test_perplexity_is_inf_above_the_cap_not_an_overflow():
@@ -113,6 +130,10 @@ def test_pad_sequences_rounds_up_and_cuts():
                           [1, 2, 3, 4, 5, 0, 0, 0]]
   with pytest.raises(ValueError, match='multiple: expected an int >= 1, got 0'):
     batching.pad_sequences([[1]], multiple=0)
+  with pytest.raises(ValueError, match=r'sequence 1 has shape \(2,\) and dtype float64'):
+    batching.pad_sequences([[1], [1.7, 2.2]])
+  with pytest.raises(ValueError, match='pad_id: expected an int id, got 2.5'):
+    batching.pad_sequences([[1]], pad_id=2.5)
 
 
 def test_epoch_batches_cover_each_example_once_per_epoch():
@@ -120,7 +141,7 @@ def test_epoch_batches_cover_each_example_once_per_epoch():
   first_epoch = np.concatenate([next(batches) for _ in range(3)])
   assert len(set(first_epoch.tolist())) == 9  # the tenth is the dropped partial batch
   with pytest.raises(ValueError, match=r'batch_size: expected an int in \[1, 10\]'):
-    next(batching.epoch_batches(10, 11, seed=0))
+    batching.epoch_batches(10, 11, seed=0)  # at the call, before any work
 
 
 def _regression_loss(params, batch, key):
@@ -153,6 +174,42 @@ def test_fit_learns_and_stops_on_divergence(tmp_path):
       batches, 400, jax.random.key(0), clipping='none', log_every=10)
   assert record['diverged'] and 10 < record['diverged_step'] <= 400
   assert record['steps_done'] < record['diverged_step']
+
+
+def _batches_with_nan_at(step, count=None):
+  rng = np.random.default_rng(0)
+  inputs = rng.normal(size=(8, 3)).astype(np.float32)
+  targets = inputs @ np.array([1.0, -2.0, 0.5], np.float32)
+  for number in range(1, (count or 10 ** 9) + 1):
+    yield (np.full_like(inputs, np.nan) if number == step else inputs), targets
+
+
+@pytest.mark.parametrize('optimizer_policy, log_every, diverged', [
+    ('skip', 1, False), ('skip', 5, False),  # the NaN step is skipped, however it is logged
+    ('stop', 5, True),  # asked to skip with an optimizer that applies NaN updates: stop
+])
+def test_fit_skip_needs_an_optimizer_that_skips(optimizer_policy, log_every, diverged):
+  optimizer = optimizers.make_optimizer('sgd', 0.1, 'none', 1.0, optimizer_policy)
+  params, record = supervised.fit(
+      _regression_loss, {'w': jnp.zeros(3)}, optimizer, _batches_with_nan_at(3), 10,
+      jax.random.key(0), clipping='none', on_divergence='skip', log_every=log_every)
+  assert np.isfinite(params['w']).all()  # never NaN params, whatever the optimizer did
+  assert record['diverged'] == diverged
+  if not diverged:
+    assert record['steps_done'] == 10 and record['skipped_steps'] == 1
+  else:
+    assert record['diverged_step'] == 3 and record['steps_done'] == 1
+
+
+def test_fit_ends_where_the_batches_end():
+  params, record = supervised.fit(
+      _regression_loss, {'w': jnp.zeros(3)}, optimizers.make_optimizer('sgd', 0.1, 'none', 1.0),
+      list(_batches_with_nan_at(0, count=7)), 20, jax.random.key(0), clipping='none',
+      log_every=5)
+  assert record['steps_done'] == 7 and not record['diverged']
+  with pytest.raises(ValueError, match="clipping: expected one of .* got 'globalnorm'"):
+    supervised.fit(_regression_loss, params, optimizers.make_optimizer('sgd', 0.1, 'none', 1.0),
+                   [], 1, jax.random.key(0), clipping='globalnorm')
 
 
 def _tiny_corpus(folder: pathlib.Path, monkeypatch):

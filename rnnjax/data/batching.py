@@ -18,7 +18,8 @@ def pad_sequences(sequences, pad_id: int = 0, multiple: int = 1, max_length: int
     (cut) length rounded up to ``multiple`` (at least ``multiple``).
 
   Raises:
-    ValueError: for no sequences, multiple < 1 or max_length < 1.
+    ValueError: for no sequences, a sequence that is not 1-D int ids, a
+      pad_id that is not an int, multiple < 1 or max_length < 1.
   """
   if not len(sequences):
     raise ValueError('sequences: expected at least one sequence, got none')
@@ -26,7 +27,14 @@ def pad_sequences(sequences, pad_id: int = 0, multiple: int = 1, max_length: int
     raise ValueError(f'multiple: expected an int >= 1, got {multiple!r}')
   if max_length is not None and max_length < 1:
     raise ValueError(f'max_length: expected None or an int >= 1, got {max_length!r}')
-  cut = [np.asarray(s, np.int32)[:max_length] for s in sequences]
+  if isinstance(pad_id, bool) or not isinstance(pad_id, (int, np.integer)):
+    raise ValueError(f'pad_id: expected an int id, got {pad_id!r}')
+  arrays = [np.asarray(s) for s in sequences]
+  for number, array in enumerate(arrays):
+    if array.ndim != 1 or (array.size and array.dtype.kind not in 'iu'):
+      raise ValueError(f'sequences: expected 1-D sequences of int ids, sequence {number} has '
+                       f'shape {array.shape} and dtype {array.dtype}')
+  cut = [array.astype(np.int32)[:max_length] for array in arrays]
   lengths = np.array([len(s) for s in cut], np.int32)
   steps = max(multiple, -(-int(lengths.max()) // multiple) * multiple)
   ids = np.full((len(cut), steps), pad_id, np.int32)
@@ -46,16 +54,19 @@ def epoch_batches(num_examples: int, batch_size: int, seed: int):
     batch_size: B in [1, N].
     seed: of the shuffling (``numpy.random.default_rng``).
 
-  Yields:
-    ``<int64>[B]`` indices into the N examples.
+  Returns:
+    an endless iterator of ``<int64>[B]`` indices into the N examples.
 
   Raises:
-    ValueError: for B outside [1, N].
+    ValueError: for B outside [1, N], at the call (not at the first batch).
   """
   if not isinstance(batch_size, int) or not 1 <= batch_size <= num_examples:
     raise ValueError(f'batch_size: expected an int in [1, {num_examples}] (the number of '
                      f'examples), got {batch_size!r}')
-  rng = np.random.default_rng(seed)
+  return _shuffled_batches(num_examples, batch_size, np.random.default_rng(seed))
+
+
+def _shuffled_batches(num_examples, batch_size, rng):
   while True:
     order = rng.permutation(num_examples)
     for start in range(0, num_examples - batch_size + 1, batch_size):

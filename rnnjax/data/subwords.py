@@ -35,24 +35,28 @@ def train_bpe(lines, vocab_size: int, literal_symbols=('<unk>',)):
     (bytes, to save beside a run).
 
   Raises:
-    ValueError: for V too small for the special pieces, or too large for
-      the corpus (sentencepiece's bound is quoted).
+    ValueError: for ``lines`` that are a single str or hold no text, or V
+      too small for the special pieces and the corpus's characters, or too
+      large for the corpus (sentencepiece's bound is quoted).
   """
   minimum = 4 + len(literal_symbols) + 1
-  if not isinstance(vocab_size, int) or vocab_size < minimum:
+  if (not isinstance(vocab_size, (int, np.integer)) or isinstance(vocab_size, bool) or
+      vocab_size < minimum):
     raise ValueError(f'vocab_size: expected an int >= {minimum} (4 special pieces, '
                      f'{len(literal_symbols)} literal symbols and one more), got {vocab_size!r}')
+  kept = _non_empty(lines)
   model = io.BytesIO()
   try:
     sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=(line for line in lines if line.strip()), model_writer=model,
-        model_type='bpe', vocab_size=vocab_size, character_coverage=1.0,
+        sentence_iterator=iter(kept), model_writer=model,
+        model_type='bpe', vocab_size=int(vocab_size), character_coverage=1.0,
         pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS, pad_piece='[PAD]',
         unk_piece='[UNK]', bos_piece='[BOS]', eos_piece='[EOS]',
         user_defined_symbols=list(literal_symbols), hard_vocab_limit=True,
         num_threads=2, minloglevel=2)
   except RuntimeError as error:
-    raise ValueError(f'vocab_size: {vocab_size} is too large for this training text '
+    size = 'small' if 'smaller than required_chars' in str(error) else 'large'
+    raise ValueError(f'vocab_size: {vocab_size} is too {size} for this training text '
                      f'(sentencepiece: {error})') from error
   proto = model.getvalue()
   return sentencepiece.SentencePieceProcessor(model_proto=proto), proto
@@ -65,5 +69,16 @@ def encode_lines(processor, lines):
     a list of arrays, one per non-empty line, every id in [0, V) and none
     of the pieces equal to pad (0).
   """
+  return [np.array([BOS] + ids + [EOS], np.int32)
+          for ids in processor.encode(_non_empty(lines, allow_none=True))]
+
+
+def _non_empty(lines, allow_none=False):
+  """The non-empty lines as a list; a single str is an error (not a list of characters)."""
+  if isinstance(lines, (str, bytes)):
+    raise ValueError(f'lines: expected an iterable of str lines, got a single {type(lines).__name__} '
+                     f'{lines[:40]!r}')
   kept = [line for line in lines if line.strip()]
-  return [np.array([BOS] + ids + [EOS], np.int32) for ids in processor.encode(kept)]
+  if not kept and not allow_none:
+    raise ValueError('lines: expected at least one non-empty line, got none')
+  return kept

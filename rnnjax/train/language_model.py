@@ -53,7 +53,22 @@ def masked_nll(logits, targets, mask):
   Returns:
     ``(nll_sum <float32>[], count <float32>[])``; the token-weighted mean NLL
     is their ratio.
+
+  Raises:
+    ValueError: for targets or mask not of shape ``[B, T]`` = logits' leading
+      axes, a mask that is not boolean, or (when concrete) target ids
+      outside [0, V).
   """
+  if jnp.shape(targets) != logits.shape[:-1] or jnp.shape(mask) != logits.shape[:-1]:
+    raise ValueError(f'targets, mask: expected shape [B, T] = {logits.shape[:-1]} (logits are '
+                     f'{logits.shape}), got {jnp.shape(targets)} and {jnp.shape(mask)}')
+  if jnp.result_type(mask) != jnp.bool_:
+    raise ValueError(f'mask: expected dtype bool, got {jnp.result_type(mask)}')
+  if not isinstance(targets, jax.core.Tracer) and jnp.size(targets):
+    low, high = int(jnp.min(targets)), int(jnp.max(targets))
+    if low < 0 or high >= logits.shape[-1]:
+      raise ValueError(f'targets: expected ids in [0, V) = [0, {logits.shape[-1]}), got min '
+                       f'{low} and max {high}')
   nll = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
   return jnp.sum(jnp.where(mask, nll, 0.0)), jnp.sum(mask).astype(jnp.float32)
 

@@ -33,14 +33,18 @@ def fit(loss_fn, params, optimizer, batches, steps: int, key, *, clipping: str =
   on_divergence='stop' ends the run at the log line that sees it and
   returns the params of the last finite log line; with 'skip' (and an
   optimizer built with on_divergence='skip', which does not apply
-  non-finite updates) training goes on and the skipped steps are counted.
+  non-finite updates) training goes on and the skipped steps are counted,
+  and it ends the same way only if the params themselves turn non-finite
+  (for example with an optimizer that was not built to skip). Batches that
+  run out before ``steps`` end the run there, with a warning.
 
   Args:
     loss_fn: ``loss_fn(params, batch, key) -> scalar`` mean loss in nats;
       ``key`` is a fresh ``jax.random`` key per step (for dropout).
     params: initial params pytree.
     optimizer: an ``optimizers.make_optimizer`` result.
-    batches: an iterator of batches (pytrees of arrays of one shape each).
+    batches: an iterable of batches (pytrees of arrays; each distinct
+      shape compiles the step once).
     steps: number of steps, >= 1.
     key: ``jax.random`` key, split once per step.
     clipping: the optimizer's clipping, to report whether a step clipped.
@@ -54,7 +58,7 @@ def fit(loss_fn, params, optimizer, batches, steps: int, key, *, clipping: str =
     log interval), clipped_fraction and seconds.
 
   Raises:
-    ValueError: for steps or log_every < 1 or an unknown on_divergence.
+    ValueError: for steps or log_every < 1, an unknown on_divergence or clipping.
   """
   for name, value in (('steps', steps), ('log_every', log_every)):
     if not isinstance(value, int) or value < 1:
@@ -62,6 +66,8 @@ def fit(loss_fn, params, optimizer, batches, steps: int, key, *, clipping: str =
   if on_divergence not in optimizers.ON_DIVERGENCE:
     raise ValueError(f'on_divergence: expected one of {optimizers.ON_DIVERGENCE}, '
                      f'got {on_divergence!r}')
+  if clipping not in optimizers.CLIPPINGS:
+    raise ValueError(f'clipping: expected one of {optimizers.CLIPPINGS}, got {clipping!r}')
 
   @jax.jit
   def step(params, opt_state, batch, key):
@@ -80,26 +86,38 @@ def fit(loss_fn, params, optimizer, batches, steps: int, key, *, clipping: str =
   record = {'steps_done': 0, 'diverged': False, 'diverged_step': None, 'skipped_steps': 0,
             'final_train_loss': math.nan, 'clipped_fraction': 0.0, 'seconds': 0.0}
   opt_state = optimizer.init(params)
+  batches = iter(batches)
   good_params, pending, clipped_total = params, [], 0
   started = interval_start = time.perf_counter()
   for number in range(1, steps + 1):
     key, step_key = jax.random.split(key)
-    params, opt_state, metrics = step(params, opt_state, next(batches), step_key)
-    pending.append(metrics)
-    if not (number % log_every == 0 or number in (1, steps)):
-      continue
+    try:
+      batch = next(batches)
+    except StopIteration:
+      logging.warning('batches: ran out after %d of steps=%d batches; the run ends there',
+                      number - 1, steps)
+      if not pending:
+        break
+      batch, number = None, number - 1
+    if batch is not None:
+      params, opt_state, metrics = step(params, opt_state, batch, step_key)
+      pending.append(metrics)
+      if not (number % log_every == 0 or number in (1, steps)):
+        continue
     interval, pending = jax.device_get(pending), []
     now = time.perf_counter()
     losses = np.array([m['loss'] for m in interval])
     finite = np.isfinite(losses)
-    if not finite.all():
+    params_finite = all(bool(np.isfinite(leaf).all())
+                        for leaf in jax.tree_util.tree_leaves(jax.device_get(params)))
+    if not finite.all() or not params_finite:
       record['skipped_steps'] += int((~finite).sum())
-      if on_divergence == 'stop' or not finite.any():
+      if on_divergence == 'stop' or not params_finite:
         record['diverged'] = True
         record['diverged_step'] = number - len(interval) + 1 + int(np.argmin(finite))
-        logging.warning('diverged: non-finite loss at step %d; stopping (on_divergence=%s), '
-                        'keeping the params of step %d', record['diverged_step'], on_divergence,
-                        record['steps_done'])
+        logging.warning('diverged: non-finite %s at step %d; stopping (on_divergence=%s), '
+                        'keeping the params of step %d', 'loss' if params_finite else 'params',
+                        record['diverged_step'], on_divergence, record['steps_done'])
         params = good_params
         break
       logging.warning('non-finite loss at %d steps up to step %d; updates skipped '
@@ -107,7 +125,7 @@ def fit(loss_fn, params, optimizer, batches, steps: int, key, *, clipping: str =
     good_params = params
     clipped_total += int(sum(bool(m['clipped']) for m in interval))
     record['steps_done'] = number
-    record['final_train_loss'] = float(losses[finite].mean())
+    record['final_train_loss'] = float(losses[finite].mean()) if finite.any() else math.nan
     line = {'step': number, 'loss': record['final_train_loss'],
             'grad_norm': float(interval[-1]['grad_norm']),
             'clipped_fraction': float(np.mean([m['clipped'] for m in interval])),
@@ -119,6 +137,8 @@ def fit(loss_fn, params, optimizer, batches, steps: int, key, *, clipping: str =
     if metrics_path is not None:
       with open(metrics_path, 'a') as f:
         f.write(json.dumps(line) + '\n')
+    if batch is None:
+      break
   record['clipped_fraction'] = clipped_total / max(record['steps_done'], 1)
   record['seconds'] = time.perf_counter() - started
   if workdir is not None:
