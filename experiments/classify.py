@@ -18,7 +18,7 @@ A run writes to its workdir: config.json, metrics.jsonl, an orbax
 checkpoint and summary.json (written last, atomically), and prints the test
 accuracy. ``--table`` runs ``configs/classify.get_table()`` one run after
 another into ``<table>/<name>`` (a run whose summary says finished is kept
-on relaunch) and writes and prints ``<table>/table.md``.
+on relaunch if its config.json equals the config it would run with) and writes and prints ``<table>/table.md``.
 """
 
 import json
@@ -79,6 +79,11 @@ def check_config(config) -> None:
   if not 0 <= config.dropout_rate < 1:
     raise ValueError(f'config.dropout_rate: expected a value in [0, 1), got '
                      f'{config.dropout_rate!r}')
+  try:  # the optimizer's own checks (name, learning rate, clipping, threshold, on_divergence)
+    optimizers.make_optimizer(config.optimizer, config.learning_rate, config.clipping,
+                              config.clip_threshold, config.on_divergence)
+  except ValueError as error:
+    raise ValueError(f'config.{error}') from None
 
 
 def init_classifier(key, cell: str, vocabulary_size: int, num_classes: int,
@@ -230,9 +235,10 @@ def train_classifier(config, ids, lengths, labels, vocabulary_size: int, num_cla
   batches = ({'ids': ids[chosen], 'lengths': lengths[chosen], 'labels': labels[chosen]}
              for chosen in batching.epoch_batches(len(labels), config.batch_size, config.seed))
   optimizer = optimizers.make_optimizer(config.optimizer, config.learning_rate, config.clipping,
-                                        config.clip_threshold)
+                                        config.clip_threshold, config.on_divergence)
   return supervised.fit(loss_fn, params, optimizer, batches, config.steps, train_key,
-                        clipping=config.clipping, log_every=config.log_every, workdir=workdir)
+                        clipping=config.clipping, on_divergence=config.on_divergence,
+                        log_every=config.log_every, workdir=workdir)
 
 
 def run(config, workdir: pathlib.Path) -> dict:
@@ -244,9 +250,6 @@ def run(config, workdir: pathlib.Path) -> dict:
   """
   started = time.perf_counter()
   check_config(config)
-  workdir.mkdir(parents=True, exist_ok=True)
-  (workdir / 'summary.json').unlink(missing_ok=True)
-  (workdir / 'config.json').write_text(config.to_json_best_effort(indent=2) + '\n')
   splits = classification.load_splits(config.dataset, config.data_dir or None,
                                       test_size=config.test_size, seed=config.split_seed)
   vocabulary = classification.build_vocabulary(
@@ -257,6 +260,12 @@ def run(config, workdir: pathlib.Path) -> dict:
   logging.info('%s: %d train and %d test texts, vocabulary %d, %.1f%% of the test words '
                'unknown', config.dataset, len(train_ids), len(test_ids), len(vocabulary),
                100 * np.mean(test_ids[test_ids != 0] == classification.UNKNOWN_ID))
+  if config.batch_size > len(train_ids):
+    raise ValueError(f'config.batch_size: expected at most the {len(train_ids)} training texts, '
+                     f'got {config.batch_size}')
+  workdir.mkdir(parents=True, exist_ok=True)  # all checks passed: replace an earlier run
+  (workdir / 'summary.json').unlink(missing_ok=True)
+  (workdir / 'config.json').write_text(config.to_json_best_effort(indent=2) + '\n')
   params, record = train_classifier(config, train_ids, train_lengths, splits.train_labels,
                                     len(vocabulary), len(splits.class_names), workdir)
   summary = dict(
@@ -305,13 +314,15 @@ def table(summaries: dict) -> str:
 
 def run_table(config, folder: pathlib.Path) -> str:
   """Runs ``get_table()`` on top of ``config`` one after another; writes and returns
-  ``<folder>/table.md``. A run whose summary.json says finished is not run again."""
+  ``<folder>/table.md``. A run whose summary.json says finished, with the same config,
+  is not run again; one with another config is run again."""
   summaries = {}
   for name, overrides in classify_config.get_table():
     run_config = config.copy_and_resolve_references()
     run_config.update_from_flattened_dict(overrides)
-    summary_path = folder / name / 'summary.json'
-    if summary_path.exists() and json.loads(summary_path.read_text())['status'] == 'finished':
+    summary_path, config_path = folder / name / 'summary.json', folder / name / 'config.json'
+    if (summary_path.exists() and json.loads(summary_path.read_text())['status'] == 'finished'
+        and config_path.read_text() == run_config.to_json_best_effort(indent=2) + '\n'):
       summaries[name] = json.loads(summary_path.read_text())
     else:
       summaries[name] = run(run_config, folder / name)

@@ -163,3 +163,12 @@ def test_run_writes_the_summary(classification_data_dir, tmp_path):
   assert (summary['train_size'], summary['test_size']) == (6000, 1600)
   assert summary['majority_accuracy'] == 0.25 and 0 <= summary['test_accuracy'] <= 1
   assert 2 < summary['vocabulary_size'] <= config.max_vocabulary
+  # a rerun with a bad value fails before it touches the finished run
+  for field, value, message in (('batch_size', 7000, 'config.batch_size: expected at most the '
+                                 '6000 training texts, got 7000'),
+                                ('optimizer', 'adamx', "config.optimizer: expected one of")):
+    bad = config.copy_and_resolve_references()
+    bad[field] = value
+    with pytest.raises(ValueError, match=message):
+      classify.run(bad, tmp_path)
+    assert json.loads((tmp_path / 'summary.json').read_text()) == summary

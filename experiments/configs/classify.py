@@ -50,6 +50,7 @@ def get_config():
   config.learning_rate = 2e-3
   config.clipping = 'global_norm'  # none | global_norm | elementwise
   config.clip_threshold = 1.0
+  config.on_divergence = 'stop'  # stop | skip (a NaN/Inf loss's update)
   config.log_every = 100
   return config
 
