@@ -36,6 +36,7 @@ import numpy as np
 from ml_collections import config_flags
 
 from experiments.char_lm import write_json_atomically
+from rnnjax import cells
 from rnnjax import models
 from rnnjax import sampling
 from rnnjax.data import batching
@@ -72,6 +73,24 @@ def check_config(config) -> None:
     value = config[name]
     if not isinstance(value, int) or value < 1:
       raise ValueError(f'config.{name}: expected an int >= 1, got {value!r}')
+  if not config.sample_prompt.strip():
+    raise ValueError(f'config.sample_prompt: expected at least one word, got '
+                     f'{config.sample_prompt!r}')
+  if not isinstance(config.sample_length, int) or config.sample_length < 0:
+    raise ValueError(f'config.sample_length: expected an int >= 0, got {config.sample_length!r}')
+  if config.activation not in cells.ACTIVATIONS:
+    raise ValueError(f'config.activation: expected one of {sorted(cells.ACTIVATIONS)}, got '
+                     f'{config.activation!r}')
+  if config.recurrent_init not in cells.RECURRENT_INITS:
+    raise ValueError(f'config.recurrent_init: expected one of {cells.RECURRENT_INITS}, got '
+                     f'{config.recurrent_init!r}')
+  if not config.spectral_radius >= 0:
+    raise ValueError(f'config.spectral_radius: expected a value >= 0, got '
+                     f'{config.spectral_radius!r}')
+  try:  # the optimizer's own checks (name, learning rate, clipping, threshold, on_divergence)
+    make_optimizer(config)
+  except ValueError as error:
+    raise ValueError(f'config.{error}') from None
   if not isinstance(config.sample_top_k, int) or config.sample_top_k < 0:
     raise ValueError(f'config.sample_top_k: expected an int >= 0 (0: no top-k), got '
                      f'{config.sample_top_k!r}')
@@ -104,21 +123,26 @@ def init_params(model, key):
   return model.init(key, jnp.zeros((1, 1), jnp.int32), model.initial_state(1))['params']
 
 
-def train_words(config, workdir: pathlib.Path, key):
-  """Word mode: truncated BPTT over the training stream.
-
-  Returns:
-    ``(model, params, record, scores, vocabulary)`` with scores
-    ``{split: (nll_sum, tokens, words)}`` for validation and test.
-  """
+def prepare_words(config):
+  """Word mode's vocabulary and training windows (``<int32>[W, B, tau]`` each)."""
   train_words_ = text.words_with_eos(read_lines(config, 'train'))
   vocabulary = text.word_vocabulary(train_words_)
-  model = make_model(config, len(vocabulary))
   inputs, targets = text.stream_windows(text.encode_words(train_words_, vocabulary),
                                         config.batch_size, config.truncation)
   logging.info('word mode: %d words in training, vocabulary %d, %d windows of [B=%d, tau=%d]',
                len(train_words_), len(vocabulary), inputs.shape[0], config.batch_size,
                config.truncation)
+  return vocabulary, inputs, targets
+
+
+def train_words(config, workdir: pathlib.Path, key, vocabulary, inputs, targets):
+  """Word mode: truncated BPTT over the training stream.
+
+  Returns:
+    ``(model, params, record, scores)`` with scores ``{split: (nll_sum,
+    tokens, words)}`` for validation and test.
+  """
+  model = make_model(config, len(vocabulary))
   settings = language_model.LoopSettings(steps=config.steps, clipping=config.clipping,
                                          on_divergence=config.on_divergence,
                                          log_every=config.log_every)
@@ -133,7 +157,7 @@ def train_words(config, workdir: pathlib.Path, key):
       predicted = len(ids) - 1
       mean = language_model.evaluate_streaming(model, params, ids[None, :])
       scores[split] = (mean * predicted, predicted, predicted)
-  return model, params, record, scores, vocabulary
+  return model, params, record, scores
 
 
 @functools.lru_cache(maxsize=None)
@@ -168,15 +192,31 @@ def sequence_scores(model, params, sequences, batch_size: int = EVALUATION_BATCH
   return total, count
 
 
-def train_subwords(config, workdir: pathlib.Path, key):
-  """BPE mode: padded sentence batches, masked loss. Returns as ``train_words``."""
+def prepare_subwords(config):
+  """BPE mode's sentencepiece model and training sequences (``<int32>[n_i]`` each).
+
+  Raises:
+    ValueError: for a vocabulary size the training text cannot fill, or a
+      batch larger than the number of training sequences.
+  """
   train_lines = read_lines(config, 'train')
-  processor, proto = subwords.train_bpe(train_lines, config.vocab_size)
-  (workdir / 'bpe.model').write_bytes(proto)
+  try:
+    processor, proto = subwords.train_bpe(train_lines, config.vocab_size)
+  except ValueError as error:
+    raise ValueError(f'config.{error}') from None
   sequences = subwords.encode_lines(processor, train_lines)
-  model = make_model(config, processor.vocab_size())
+  if config.batch_size > len(sequences):
+    raise ValueError(f'config.batch_size: expected at most the {len(sequences)} training '
+                     f'sequences, got {config.batch_size}')
   logging.info('bpe mode: %d training sequences, %d BPE tokens, vocabulary %d', len(sequences),
                sum(len(s) - 1 for s in sequences), processor.vocab_size())
+  return processor, proto, sequences
+
+
+def train_subwords(config, workdir: pathlib.Path, key, processor, proto, sequences):
+  """BPE mode: padded sentence batches, masked loss. Returns as ``train_words``."""
+  (workdir / 'bpe.model').write_bytes(proto)
+  model = make_model(config, processor.vocab_size())
 
   def batches():
     for indices in batching.epoch_batches(len(sequences), config.batch_size, config.seed):
@@ -201,19 +241,38 @@ def train_subwords(config, workdir: pathlib.Path, key):
       lines = [line for line in read_lines(config, split) if line.strip()]
       total, tokens = sequence_scores(model, params, subwords.encode_lines(processor, lines))
       scores[split] = (total, tokens, len(text.words_with_eos(lines)))
-  return model, params, record, scores, processor
+  return model, params, record, scores
 
 
 def run(config, workdir: pathlib.Path) -> dict:
-  """Trains, evaluates and samples one run; returns the summary it writes."""
+  """Trains, evaluates and samples one run; returns the summary it writes.
+
+  Every check (config, vocabulary size, batch size, the sample prompt) runs
+  before the workdir is touched, so a bad value never costs an earlier run.
+  """
   started = time.perf_counter()
   check_config(config)
+  if config.tokens == 'word':
+    vocabulary, inputs, targets = prepare_words(config)
+    try:
+      prompt = text.encode_words(config.sample_prompt.split(), vocabulary)
+    except ValueError as error:
+      raise ValueError(f'config.sample_prompt: {error}') from None
+    decode = lambda ids: ' '.join(vocabulary[int(i)] for i in ids)
+  else:
+    processor, proto, sequences = prepare_subwords(config)
+    prompt = np.array([subwords.BOS] + processor.encode(config.sample_prompt), np.int32)
+    decode = lambda ids: processor.decode([int(i) for i in ids])
   workdir.mkdir(parents=True, exist_ok=True)
   (workdir / 'summary.json').unlink(missing_ok=True)
   (workdir / 'config.json').write_text(config.to_json_best_effort(indent=2) + '\n')
   init_key, sample_key = jax.random.split(jax.random.key(config.seed))
-  train = train_words if config.tokens == 'word' else train_subwords
-  model, params, record, scores, tokenizer = train(config, workdir, init_key)
+  if config.tokens == 'word':
+    model, params, record, scores = train_words(config, workdir, init_key, vocabulary, inputs,
+                                                targets)
+  else:
+    model, params, record, scores = train_subwords(config, workdir, init_key, processor, proto,
+                                                   sequences)
   summary = dict(record, status='diverged' if record['diverged'] else 'finished',
                  corpus=config.corpus, tokens=config.tokens, vocab_size=model.vocab_size)
   for split, (total, tokens, words) in scores.items():
@@ -223,12 +282,6 @@ def run(config, workdir: pathlib.Path) -> dict:
     summary[f'{split}_perplexity'] = language_model.perplexity(total, tokens)
     summary[f'{split}_word_perplexity'] = language_model.perplexity(total, words)
   if not record['diverged']:
-    if config.tokens == 'word':
-      prompt = text.encode_words(config.sample_prompt.split(), tokenizer)
-      decode = lambda ids: ' '.join(tokenizer[int(i)] for i in ids)
-    else:
-      prompt = np.array([subwords.BOS] + tokenizer.encode(config.sample_prompt), np.int32)
-      decode = lambda ids: tokenizer.decode([int(i) for i in ids])
     for name, temperature in (('greedy', 0.0), ('temperature', config.sample_temperature)):
       ids = sampling.sample(model, params, prompt, config.sample_length, sample_key, temperature,
                             min(config.sample_top_k, model.vocab_size) or None)

@@ -245,6 +245,12 @@ def test_experiment_runs_end_to_end(tmp_path, monkeypatch, tokens):
     assert saved['test_tokens'] > saved['test_words']  # pieces per word >= 1, plus <eos>
     assert (tmp_path / 'run' / 'bpe.model').exists()
   assert saved['sample_greedy'].startswith('the cat | ')
+  # a rerun with a prompt outside the vocabulary fails before it touches the finished run
+  config.update(sample_prompt='the zebra', vocab_size=10_000)
+  with pytest.raises(ValueError, match=r"config.sample_prompt: words: 1 words are not in the "
+                                       r"vocabulary|config.vocab_size: 10000 is too large"):
+    bpe_lm.run(config, tmp_path / 'run')
+  assert json.loads((tmp_path / 'run' / 'summary.json').read_text()) == saved
 
 
 @pytest.mark.parametrize('field, value, message', [
@@ -252,6 +258,12 @@ def test_experiment_runs_end_to_end(tmp_path, monkeypatch, tokens):
     ('tokens', 'char', r"config.tokens: expected one of \('word', 'bpe'\), got 'char'"),
     ('vocab_size', 0, 'config.vocab_size: expected an int >= 1, got 0'),
     ('sample_temperature', -1.0, 'config.sample_temperature: expected a value >= 0'),
+    ('sample_length', -1, 'config.sample_length: expected an int >= 0, got -1'),
+    ('sample_prompt', ' ', "config.sample_prompt: expected at least one word, got ' '"),
+    ('activation', 'sigmoid', "config.activation: expected one of .* got 'sigmoid'"),
+    ('recurrent_init', 'eye', "config.recurrent_init: expected one of .* got 'eye'"),
+    ('optimizer', 'adamx', "config.optimizer: expected one of .* got 'adamx'"),
+    ('learning_rate', -1.0, 'config.learning_rate: expected a finite value > 0, got -1.0'),
 ])
 def test_bad_config_is_named(field, value, message):
   config = bpe_lm_config.get_config()
