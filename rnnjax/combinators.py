@@ -64,7 +64,14 @@ def init_stack(key, cell: str, input_size: int, hidden_size: int, layers: int = 
 
 
 def zero_state(cell: str, layers: int, directions: int, batch_size: int, hidden_size: int):
-  """The zero initial state of a stack, leaves ``<float32>[layers, directions, B, H]``."""
+  """The zero initial state of a stack, leaves ``<float32>[layers, directions, B, H]``
+  (LSTM: the pair ``(h, c)``).
+
+  Raises:
+    ValueError: for a cell not in CELLS.
+  """
+  if cell not in CELLS:
+    raise ValueError(f'cell: expected one of {CELLS}, got {cell!r}')
   zeros = jnp.zeros((layers, directions, batch_size, hidden_size), jnp.float32)
   return (zeros, zeros) if cell == 'lstm' else zeros
 
@@ -73,6 +80,14 @@ def _hidden_size(cell_params):
   """H of the cells of ``CELLS``: the rows of ``W_hh`` (Elman) or ``W_h`` (GRU, LSTM);
   None for the params of other layers."""
   for name in ('W_hh', 'W_h'):
+    if isinstance(cell_params, dict) and name in cell_params:
+      return cell_params[name].shape[0]
+  return None
+
+
+def _input_size(cell_params):
+  """d of the cells of ``CELLS``: the rows of ``W_xh`` or ``W_x``; None otherwise."""
+  for name in ('W_xh', 'W_x'):
     if isinstance(cell_params, dict) and name in cell_params:
       return cell_params[name].shape[0]
   return None
@@ -129,9 +144,10 @@ def stack(layer, params, inputs, initial_state, lengths=None, dropout_rate: floa
 
   Raises:
     ValueError: for a dropout rate outside [0, 1), params that are not
-      ``[layers][directions]`` with one or two directions, or an initial
-      state of another layout (rank, layers, directions, B, or H where the
-      cell's params give it).
+      ``[layers][directions]`` with one or two directions, inputs not of
+      rank 3 or not of the first layer's d, or an initial state of another
+      layout (an (h, c) pair for LSTM only; rank, layers, directions, B, or H
+      where the cell's params give it).
   """
   if not 0 <= dropout_rate < 1:
     raise ValueError(f'dropout_rate: expected a value in [0, 1), got {dropout_rate!r}')
@@ -139,6 +155,17 @@ def stack(layer, params, inputs, initial_state, lengths=None, dropout_rate: floa
   if not params or len(directions) != 1 or directions - {1, 2}:
     raise ValueError(f'params: expected a non-empty list over layers of lists of 1 or 2 '
                      f'directions, got directions {[len(p) for p in params]}')
+  if jnp.ndim(inputs) != 3:
+    raise ValueError(f'inputs: expected rank 3 [B, T, d], got shape {jnp.shape(inputs)}')
+  if _input_size(params[0][0]) not in (None, inputs.shape[-1]):
+    raise ValueError(f'inputs: expected d = {_input_size(params[0][0])} features (the first '
+                     f'layer\'s input size), got shape {inputs.shape}')
+  first = params[0][0]
+  is_pair = isinstance(initial_state, tuple) and len(initial_state) == 2
+  is_lstm = 'W_h' in first and first['W_h'].shape[1] == 4 * first['W_h'].shape[0]
+  if _hidden_size(first) is not None and is_pair != is_lstm:
+    raise ValueError('initial_state: expected an (h, c) pair for an LSTM stack and one array '
+                     f'for the other cells, got {type(initial_state).__name__}')
   expected = (len(params), len(params[0]), inputs.shape[0], _hidden_size(params[0][0]))
   for leaf in jax.tree_util.tree_leaves(initial_state):
     if leaf.ndim != 4 or any(e is not None and e != n for e, n in zip(expected, leaf.shape)):

@@ -234,3 +234,21 @@ def test_stack_converters_name_what_is_wrong():
     convert.stack_to_torch(params, 'elman')
   with pytest.raises(ValueError, match=r'directions, got directions \[2, 1\]'):
     convert.stack_to_torch([params[0], params[1][:1]], 'lstm')
+
+
+@pytest.mark.parametrize('cell', combinators.CELLS)
+def test_bad_inputs_and_state_kind_are_named(cell):
+  params = convert.stack_from_torch(_module(cell, 2, True).state_dict(), cell, 2, True)
+  layer = combinators.layer_for(cell)
+  state = combinators.zero_state(cell, 2, 2, B, H)
+  with pytest.raises(ValueError, match=r'inputs: expected rank 3 \[B, T, d\], got shape \(4, 9\)'):
+    combinators.stack(layer, params, jnp.zeros((B, T)), state)
+  with pytest.raises(ValueError, match=rf'inputs: expected d = {D} features .* got shape '
+                                       rf'\(4, 9, {D + 1}\)'):
+    combinators.stack(layer, params, jnp.zeros((B, T, D + 1)), state)
+  other_kind = state[0] if cell == 'lstm' else (state, state)
+  with pytest.raises(ValueError, match=r'initial_state: expected an \(h, c\) pair for an LSTM'):
+    combinators.stack(layer, params, jnp.zeros((B, T, D)), other_kind)
+  with pytest.raises(ValueError, match=r"cell: expected one of \('elman', 'gru', 'lstm'\), "
+                                       r"got 'LSTM'"):
+    combinators.zero_state('LSTM', 2, 2, B, H)
