@@ -418,7 +418,8 @@ def train_group(model, params, optimizers_, inputs, targets, settings: LoopSetti
           'steps_per_second': steps_per_second,
           'elapsed_seconds': now - started,
       }
-      logging.info('%sstep %d/%d  loss %.4f nats (%.3f bits) per token  grad norm %.3g  %.1f steps/s',
+      logging.info('%sstep %d/%d  loss %.4f nats (%.3f bits) per token  grad norm %.3g  '
+                   '%.1f steps/s',
                    f'run {i}: ' if runs > 1 else '', step, settings.steps, line['loss'],
                    line['bits_per_char'], line['grad_norm'], line['steps_per_second'])
       if metrics_paths[i] is not None:
