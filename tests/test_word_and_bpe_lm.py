@@ -120,6 +120,8 @@ def test_perplexity_is_inf_above_the_cap_not_an_overflow():
   assert language_model.perplexity(0.0, 3) == 1.0
   with pytest.raises(ValueError, match='count: expected a number of tokens > 0, got 0'):
     language_model.perplexity(1.0, 0)
+  with pytest.raises(ValueError, match='nll_sum: expected a summed negative log-likelihood >= 0'):
+    language_model.perplexity(-5.0, 3)
 
 
 def test_pad_sequences_rounds_up_and_cuts():

@@ -86,10 +86,12 @@ def perplexity(nll_sum: float, count: float, max_loss: float = 20.0) -> float:
     the perplexity, a Python float in [1, inf].
 
   Raises:
-    ValueError: for count <= 0.
+    ValueError: for count <= 0 or nll_sum < 0.
   """
   if not count > 0:
     raise ValueError(f'count: expected a number of tokens > 0, got {count!r}')
+  if float(nll_sum) < 0:
+    raise ValueError(f'nll_sum: expected a summed negative log-likelihood >= 0, got {nll_sum!r}')
   mean = float(nll_sum) / float(count)
   return math.exp(mean) if math.isfinite(mean) and mean <= max_loss else math.inf
 
