@@ -20,6 +20,7 @@ import pathlib
 
 from absl import app
 from absl import flags
+from absl import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -214,6 +215,7 @@ def write_table(workdir: pathlib.Path, name: str, row_name: str, rows: dict, col
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  logging.get_absl_handler().addFilter(lambda record: 'orbax' not in record.pathname)
   source = FLAGS.source
   radii = tuple(float(r) for r in FLAGS.radii) if FLAGS.radii else DEFAULT_RADII[source]
   if any(not 0 <= r < math.inf for r in radii):

@@ -84,7 +84,7 @@ def corpus_path(name: str, folder: str | os.PathLike | None = None, download: bo
   if name not in CORPORA:
     raise ValueError(f'name: expected one of {sorted(CORPORA)}, got {name!r}')
   relative, url, expected = CORPORA[name]
-  path = data_dir(folder) / relative
+  path = (data_dir(folder) / relative).absolute()
   where = (f'put the file at {path} (or set {DATA_DIR_VARIABLE} to the folder holding '
            f'{relative}); its source is {url}')
   if not path.exists():
@@ -97,7 +97,7 @@ def corpus_path(name: str, folder: str | os.PathLike | None = None, download: bo
     except OSError as error:
       partial.unlink(missing_ok=True)
       raise CorpusError(f'{name}: {path} is missing and the download failed ({error}); '
-                        f'{where}') from error
+                        f'{where}') from None  # the message says it all
     os.replace(partial, path)
   actual = sha256(path)
   if actual != expected:
