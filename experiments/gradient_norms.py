@@ -14,7 +14,6 @@ of a finished char_lm run (about 10 s). Each writes
 gradient_norms_<source>.md, .csv and .png to --workdir.
 """
 
-import json
 import math
 import pathlib
 
@@ -25,7 +24,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-import orbax.checkpoint as ocp
 
 from rnnjax import cells
 from rnnjax import diagnostics
@@ -33,6 +31,7 @@ from rnnjax import initializers
 from rnnjax import models
 from rnnjax.data import corpora
 from rnnjax.data import text
+from rnnjax.train import run_folder
 
 FLAGS = flags.FLAGS
 
@@ -47,7 +46,7 @@ def define_flags():
   flags.DEFINE_integer('seeds', 256, 'jax: number of random seeds, vmapped.')
   flags.DEFINE_list('radii', None, 'Spectral radii; default 0.7,1.0,1.3 (seed), '
                              '0.5,0.6,...,1.5 (jax), 0.5,0.9,1.0,1.1,1.5 (network).')
-  flags.DEFINE_string('run', None, 'network: workdir of a finished experiments.char_lm run.')
+  flags.DEFINE_string('run', None, 'network: the folder of an ended char_lm run.')
   flags.DEFINE_integer('window', 61, 'network: steps of text per sequence (distances '
                                  'up to window - 1).')
 
@@ -123,22 +122,6 @@ def fitted_rate(log_norms) -> float:
   return float(np.exp(np.polyfit(steps, log_norms, 1)[0]))
 
 
-def load_run(folder: pathlib.Path):
-  """(config dict, model, params) of a finished char_lm run."""
-  summary_path = folder / 'summary.json'
-  if not summary_path.exists():
-    raise FileNotFoundError(f'run: {folder} has no summary.json; train one first with '
-                            f'python -m experiments.char_lm --workdir={folder}')
-  status = json.loads(summary_path.read_text()).get('status')
-  if status != 'finished':
-    raise ValueError(f'run: {folder} did not finish (status {status!r}); its params are not '
-                     f'usable, pick a finished run')
-  config = json.loads((folder / 'config.json').read_text())
-  manager = ocp.CheckpointManager((folder / 'checkpoint').absolute())
-  params = manager.restore(manager.latest_step())['params']
-  return config, params
-
-
 def network_profiles(model, params, inputs, targets, distances):
   """Median over sequences of ||dL_T/dh_{T-k}|| / ||dL_T/dh_T|| (L_T: loss at the last step)."""
   variables = {'params': params}
@@ -158,7 +141,7 @@ def network_profiles(model, params, inputs, targets, distances):
 
 
 def network_study(run: pathlib.Path, radii, window: int):
-  config, trained = load_run(run)
+  config, trained = run_folder.final_params(run)
   corpus = corpora.read_text(config['corpus'], config['data_dir'] or None)
   vocabulary = text.char_vocabulary(corpus)
   _, held_out = text.split_train_validation(text.encode(corpus, vocabulary),
@@ -257,7 +240,10 @@ def main(argv):
   else:
     if not FLAGS.run:
       raise app.UsageError('--source=network needs --run=<workdir of a finished char_lm run>')
-    profiles, distances = network_study(pathlib.Path(FLAGS.run), radii, FLAGS.window)
+    try:
+      profiles, distances = network_study(pathlib.Path(FLAGS.run), radii, FLAGS.window)
+    except FileNotFoundError as error:
+      raise app.UsageError(str(error)) from None
     shown = [k for k in (1, 2, 5, 10, 20, 40, 60) if k in distances]
     rows = {label: {k: float(p[k - 1]) for k in shown} for label, p in profiles.items()}
     table = write_table(workdir, name, 'network', rows, shown)

@@ -1,63 +1,44 @@
-"""Trains a sequence-to-sequence model (encoder-decoder, GRU or Elman) on digit reversal.
+"""A sequence-to-sequence model (encoder-decoder, GRU or Elman) on digit reversal.
 
-  python -m experiments.seq2seq --config=experiments/configs/seq2seq.py \
+  python -m launch.run --config=experiments/configs/seq2seq.py \
       --workdir=results/seq2seq_gru [--config.cell=elman ...]
 
-Trains with teacher forcing on a fixed training set, then decodes a test
-set drawn with another key, greedily and by sampling at
-``sample_temperature``, until <eos> or ``max_decode_length`` tokens. Writes
-to the workdir: config.json, metrics.jsonl (one line per logged step),
-summary.json (written last, atomically: its presence means the run ended;
-its "status" says finished or diverged) and an orbax checkpoint. Prints
-the greedy exact match, per-token accuracy, sampled exact match and the
-training time.
+Trains with teacher forcing on a fixed training set drawn from the seed,
+then decodes a test set drawn with another key, greedily and by sampling at
+``sample_temperature``, until <eos> or ``max_decode_length`` tokens. The
+report: greedy exact match, per-token accuracy, sampled exact match, exact
+match on test strings not seen in training and by number of digits, the
+teacher-forced test loss and a few decoded examples.
 """
 
 import math
-import pathlib
-import time
 
-from absl import app
-from absl import flags
-from absl import logging
 import jax
+import jax.numpy as jnp
 import numpy as np
-from ml_collections import config_flags
+import optax
 
-from experiments.char_lm import write_json_atomically
+from rnnjax import combinators
+from rnnjax import diagnostics
 from rnnjax import seq2seq
-from rnnjax.data import batching
 from rnnjax.data import synthetic
-from rnnjax.train import optimizers
-from rnnjax.train import supervised
+from rnnjax.train import tasks
+from rnnjax.train import trainer
 
-FLAGS = flags.FLAGS
-EXAMPLES = 5  # test examples written to the summary and printed
-
-
-def define_flags():
-  """Defines the command-line flags (only when run as a program, so the module imports cleanly)."""
-  config_flags.DEFINE_config_file(
-      'config', None, 'Path to a config file with get_config(), e.g. '
-      'experiments/configs/seq2seq.py; override fields with --config.NAME=VALUE.')
-  flags.DEFINE_string(
-      'workdir', None,
-      'Folder for this run: config.json, metrics.jsonl, summary.json, checkpoint/.')
-  flags.mark_flags_as_required(['config', 'workdir'])
+VMAPPABLE = ()  # the seed draws the training set, which a group shares
+REPORT = ('exact_match', 'token_accuracy', 'sampled_exact_match', 'exact_match_unseen',
+          'final_train_loss')
+EXAMPLES = 5  # test examples written to the summary
 
 
 def check_config(config) -> None:
-  """Checks the fields that would otherwise fail only deep inside JAX or after training.
-
-  Raises:
-    ValueError: naming the field, with the expected and the given value.
-  """
+  """Raises ValueError naming ``config.<field>``, with the expected and the given value."""
   if config.cell not in seq2seq.CELLS:
     raise ValueError(f'config.cell: expected one of {seq2seq.CELLS}, got {config.cell!r}')
   for name in ('min_digits', 'max_digits', 'train_size', 'test_size', 'embedding_size',
-               'hidden_size', 'batch_size', 'steps', 'log_every', 'max_decode_length'):
+               'hidden_size', 'batch_size', 'max_decode_length'):
     value = config[name]
-    if not isinstance(value, int) or value < 1:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
       raise ValueError(f'config.{name}: expected an int >= 1, got {value!r}')
   if config.min_digits > config.max_digits:
     raise ValueError(f'config.min_digits: expected at most max_digits = {config.max_digits}, '
@@ -72,8 +53,6 @@ def check_config(config) -> None:
   if not config.sample_temperature >= 0:
     raise ValueError(f'config.sample_temperature: expected a value >= 0 (0: greedy), got '
                      f'{config.sample_temperature!r}')
-  optimizers.make_optimizer(config.optimizer, config.learning_rate, config.clipping,
-                            config.clip_threshold, config.on_divergence)
 
 
 def digits_text(ids) -> str:
@@ -119,7 +98,7 @@ def evaluate(config, params, sources, targets, seen, key) -> dict:
       'test_loss': float(jax.jit(seq2seq.loss, static_argnums=0)(config.cell, params, sources,
                                                                   targets)),
       'exact_match_unseen': float(exact[~seen].mean()) if (~seen).any() else math.nan,
-      'exact_match_by_digits': {int(length): float(exact[digits == length].mean())
+      'exact_match_by_digits': {str(int(length)): float(exact[digits == length].mean())
                                 for length in np.unique(digits)},
       'examples': [{'source': digits_text(sources[i]), 'target': digits_text(targets[i]),
                     'greedy': digits_text(greedy[i]), 'sampled': digits_text(sampled[i])}
@@ -127,18 +106,9 @@ def evaluate(config, params, sources, targets, seen, key) -> dict:
   }
 
 
-def run(config, workdir: pathlib.Path) -> dict:
-  """Trains and evaluates one run; returns the summary it writes to summary.json.
-
-  Raises:
-    ValueError: from ``check_config``, before any training.
-  """
-  started = time.perf_counter()
-  check_config(config)
-  workdir.mkdir(parents=True, exist_ok=True)
-  (workdir / 'summary.json').unlink(missing_ok=True)
-  (workdir / 'config.json').write_text(config.to_json_best_effort(indent=2) + '\n')
-  key_data, key_init, key_fit, key_sample = jax.random.split(jax.random.key(config.seed), 4)
+def task(config) -> trainer.Task:
+  """Draws the training and test sets from the seed and builds the task."""
+  key_data = jax.random.split(jax.random.key(config.seed), 4)[0]
   key_train, key_test = jax.random.split(key_data)
   draw = jax.jit(synthetic.reverse_digits, static_argnums=(1, 2, 3))  # one program, not op by op
   train_sources, train_targets = jax.device_get(draw(key_train, config.train_size,
@@ -147,51 +117,46 @@ def run(config, workdir: pathlib.Path) -> dict:
                                                    config.min_digits))
   seen = {row.tobytes() for row in train_sources}
   test_seen = np.array([row.tobytes() in seen for row in test_sources])
+  cell = config.cell
 
-  params = jax.jit(seq2seq.init, static_argnums=(1, 2, 3, 4))(
-      key_init, config.cell, synthetic.REVERSAL_VOCAB_SIZE, config.embedding_size,
-      config.hidden_size)
-  optimizer = optimizers.make_optimizer(config.optimizer, config.learning_rate, config.clipping,
-                                        config.clip_threshold, config.on_divergence)
-  batches = ({'sources': train_sources[rows], 'targets': train_targets[rows]}
-             for rows in batching.epoch_batches(config.train_size, config.batch_size, config.seed))
+  def init(run_config, key):
+    return seq2seq.init(key, cell, synthetic.REVERSAL_VOCAB_SIZE, run_config.embedding_size,
+                        run_config.hidden_size)
 
-  def loss_fn(params, batch, _):
-    return seq2seq.loss(config.cell, params, batch['sources'], batch['targets'])
+  def loss(params, carry, batch, key):
+    del key
+    return seq2seq.loss(cell, params, batch['sources'], batch['targets']), carry
 
-  logging.info('%s seq2seq: %d training examples of %d to %d digits, %d test examples',
-               config.cell, config.train_size, config.min_digits, config.max_digits,
-               config.test_size)
-  params, record = supervised.fit(loss_fn, params, optimizer, batches, config.steps, key_fit,
-                                  clipping=config.clipping, on_divergence=config.on_divergence,
-                                  log_every=config.log_every, workdir=workdir)
-  summary = dict(record, status='diverged' if record['diverged'] else 'finished',
-                 cell=config.cell, train_seconds=record['seconds'],
-                 test_seen_in_training_fraction=float(test_seen.mean()))
-  summary.update(evaluate(config, params, test_sources, test_targets, test_seen, key_sample))
-  summary['elapsed_seconds'] = time.perf_counter() - started
-  write_json_atomically(workdir / 'summary.json', summary)
-  return summary
+  def batch(step):
+    rows = tasks.batch_indices(config.train_size, config.batch_size, config.seed, step)
+    return {'sources': train_sources[rows], 'targets': train_targets[rows]}
 
+  def probe(params, carry, batch):
+    """The decoder's loss as a function of the encoder's states (through the state
+    after each source's last digit)."""
+    del carry
+    sources, targets = batch['sources'], batch['targets']
+    lengths = seq2seq.lengths_of(sources)
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  logging.get_absl_handler().addFilter(lambda record: 'orbax' not in record.pathname)
-  summary = run(FLAGS.config, pathlib.Path(FLAGS.workdir))
-  if summary['status'] == 'diverged':
-    print(f'diverged at step {summary["diverged_step"]} (non-finite loss); evaluated the '
-          f'params of step {summary["steps_done"]}')
-  print(f'{summary["cell"]} seq2seq, digit reversal: exact match {summary["exact_match"]:.4f} '
-        f'(greedy), per-token accuracy {summary["token_accuracy"]:.4f}, sampled exact match '
-        f'{summary["sampled_exact_match"]:.4f} at temperature '
-        f'{FLAGS.config.sample_temperature:g}; test loss {summary["test_loss"]:.4f} nats/token; '
-        f'trained {summary["steps_done"]} steps in {summary["train_seconds"]:.0f} s')
-  for example in summary['examples']:
-    print(f'  {example["source"]:>{FLAGS.config.max_digits}} -> greedy {example["greedy"]}, '
-          f'sampled {example["sampled"]} (target {example["target"]})')
+    def decoder_loss(states):
+      last = jnp.take_along_axis(states, (lengths - 1)[:, None, None], axis=1)[:, 0]
+      outputs, _ = combinators.layer_for(cell)(
+          params['decoder'], params['embedding'][seq2seq.decoder_inputs(targets)], last)
+      logits = outputs @ params['W_out'] + params['b_out']
+      real = (targets != seq2seq.PAD).astype(jnp.float32)
+      nll = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+      return jnp.sum(nll * real) / jnp.maximum(jnp.sum(real), 1.0)
 
+    return diagnostics.Probe(seq2seq.step_function(cell), params['encoder'],
+                             params['embedding'][sources],
+                             jnp.zeros((sources.shape[0], params['W_out'].shape[0])),
+                             decoder_loss, lengths)
 
-if __name__ == '__main__':
-  define_flags()
-  app.run(main)
+  def report(run_config, params) -> dict:
+    sample_key = jax.random.split(jax.random.key(run_config.seed), 4)[3]
+    return dict(evaluate(run_config, params, test_sources, test_targets, test_seen, sample_key),
+                test_seen_in_training_fraction=float(test_seen.mean()))
+
+  return trainer.Task(init=init, loss=loss, batch=batch, probe=probe,
+                      recurrent_weight=lambda params: diagnostics.recurrent_matrix(
+                          params['encoder']), report=report)

@@ -12,10 +12,13 @@ References:
   neural networks", eq. 5-7.
 """
 
+from typing import Any, Callable, NamedTuple
+
 import jax
 import jax.numpy as jnp
 
 from rnnjax import cells
+from rnnjax import recurrence
 
 PROFILE_DISTANCES = (1, 2, 5, 10, 20, 40)
 
@@ -61,16 +64,22 @@ def profile_distances(truncation: int, distances=PROFILE_DISTANCES) -> tuple[int
   return tuple(k for k in distances if k < truncation)
 
 
-def gradient_norm_profile(gradients, distances):
+def gradient_norm_profile(gradients, distances, lengths=None):
   """||dL/dh_{T-k}|| / ||dL/dh_T|| for each k in ``distances``.
+
+  With ``lengths``, T is each sequence's own last step (``lengths - 1``), and
+  distance k counts only the sequences longer than k, in the numerator and
+  the denominator alike.
 
   Args:
     gradients: ``<float32>[B, T, H]`` from ``state_gradients``; norms are taken
       over the batch and hidden axes together.
     distances: ints k with 1 <= k < T.
+    lengths: optional ``<int32>[B]`` true lengths in [1, T].
 
   Returns:
-    ``<float32>[len(distances)]``, dimensionless ratios (empty for no distances).
+    ``<float32>[len(distances)]``, dimensionless ratios (empty for no
+    distances); NaN where no sequence is longer than k.
 
   Raises:
     ValueError: for a distance outside [1, T - 1].
@@ -81,8 +90,52 @@ def gradient_norm_profile(gradients, distances):
                      f'got {tuple(distances)}')
   if not distances:
     return jnp.zeros((0,), gradients.dtype)
-  norms = jnp.sqrt(jnp.sum(gradients ** 2, axis=(0, 2)))  # [T]
-  return jnp.stack([norms[last - k] for k in distances]) / norms[last]
+  if lengths is None:
+    norms = jnp.sqrt(jnp.sum(gradients ** 2, axis=(0, 2)))  # [T]
+    return jnp.stack([norms[last - k] for k in distances]) / norms[last]
+  lengths = jnp.asarray(lengths)
+  aligned = recurrence.reverse_within_lengths(gradients, lengths)  # [b, k] = step len_b - 1 - k
+  squares = jnp.sum(aligned ** 2, axis=2)  # [B, T]
+  ratios = []
+  for k in distances:
+    counted = lengths > k
+    ratios.append(jnp.sqrt(jnp.sum(jnp.where(counted, squares[:, k], 0.0))) /
+                  jnp.sqrt(jnp.sum(jnp.where(counted, squares[:, 0], 0.0))))
+  return jnp.stack(ratios)
+
+
+class Probe(NamedTuple):
+  """Where a model's gradient-norm profile is measured: a recurrence and the loss
+  as a function of its states (everything else of the model held fixed).
+
+  ``profile`` reruns the recurrence with a zero perturbation on each state
+  (``state_gradients``), so any model whose loss reads one recurrence's
+  states can be probed: an LM (the loss at the last position), a classifier
+  (the loss of the last state), the encoder of a seq2seq model.
+  """
+  cell: Callable  # cell(params, carry, x) -> (carry, y), carry a single [B, H] array
+  params: Any  # the cell's params
+  inputs: jax.Array  # <float32>[B, T, d]: the recurrence's inputs
+  initial_state: jax.Array  # <float32>[B, H]
+  loss: Callable  # loss(states <float32>[B, T, H]) -> scalar, in nats
+  lengths: Any = None  # optional <int32>[B]: each sequence's last step is lengths - 1
+
+
+def profile(probe: Probe, distances) -> jax.Array:
+  """``gradient_norm_profile`` of a ``Probe``: ``<float32>[len(distances)]``."""
+  _, gradients = state_gradients(probe.cell, probe.params, probe.inputs, probe.initial_state,
+                                 probe.loss)
+  return gradient_norm_profile(gradients, distances, probe.lengths)
+
+
+def recurrent_matrix(cell_params) -> jax.Array:
+  """The ``[H, H]`` recurrent matrix of a cell whose spectral radius is reported:
+  the Elman cell's W_hh; for GRU and LSTM (PyTorch's gate order) the block of
+  W_h that feeds the candidate, GRU's n and LSTM's g (block 2 of 3 and of 4)."""
+  if 'W_hh' in cell_params:
+    return cell_params['W_hh']
+  hidden = cell_params['W_h'].shape[0]
+  return cell_params['W_h'][:, 2 * hidden:3 * hidden]
 
 
 def largest_singular_value(matrix) -> jax.Array:

@@ -28,6 +28,15 @@ def _check_radius(name: str, value: float) -> None:
     raise ValueError(f'{name}: expected a finite value >= 0, got {value!r}')
 
 
+def _host_radius(matrix) -> np.float32:
+  """max |eigenvalue| in float64 numpy; NaN for a matrix with a NaN or an infinity.
+  (One module-level function, so that JAX caches the callback's program.)"""
+  matrix = np.asarray(matrix, np.float64)
+  if not np.isfinite(matrix).all():
+    return np.float32(np.nan)
+  return np.float32(np.max(np.abs(np.linalg.eigvals(matrix))))
+
+
 def spectral_radius(matrix) -> jax.Array:
   """Largest absolute eigenvalue of a square matrix, computed on the host.
 
@@ -48,13 +57,7 @@ def spectral_radius(matrix) -> jax.Array:
   if len(shape) != 2 or shape[0] != shape[1]:
     raise ValueError(f'matrix: expected a square [H, H] array, got shape {shape}')
 
-  def host_radius(m):
-    m = np.asarray(m, np.float64)
-    if not np.isfinite(m).all():
-      return np.float32(np.nan)
-    return np.float32(np.max(np.abs(np.linalg.eigvals(m))))
-
-  return jax.pure_callback(host_radius, jax.ShapeDtypeStruct((), jnp.float32), matrix,
+  return jax.pure_callback(_host_radius, jax.ShapeDtypeStruct((), jnp.float32), matrix,
                            vmap_method='sequential')
 
 
@@ -132,3 +135,52 @@ def pytorch_uniform(key, shape, hidden_size: int) -> jax.Array:
   _check_size(hidden_size)
   bound = 1.0 / np.sqrt(hidden_size)
   return jax.random.uniform(key, shape, jnp.float32, -bound, bound)
+
+
+def sparse_at_radius(key, hidden_size: int, nonzeros: int = 15, radius: float = 0.95
+                     ) -> jax.Array:
+  """Sparse Gaussian W_hh, ``nonzeros`` entries per row, at spectral radius ``radius``.
+
+  The "smart tanh" W_hh of Pascanu et al.: W ~ N(0, 1) elementwise, then in
+  each row i all but ``nonzeros`` entries, chosen uniformly (the first
+  ``nonzeros`` of a random permutation of the columns, the argsort of
+  uniform draws, as the reference's ``rng.permutation``), are set to 0, and
+  W <- W * radius / rho(W) (``spectral_radius``, once on the host). The
+  reference code draws N(0, 0.01^2); that scale cancels in the rescaling.
+
+  Rows hold the non-zeros: the reference code computes ``dot(h_tm1, W_hh)``,
+  the row layout of rnnjax, and zeroes ``W_hh[dx][spng[15:]]`` in each row
+  dx, so unit i feeds exactly ``nonzeros`` units at the next step (its
+  outgoing weights W[i, :]) while the number feeding each unit varies.
+
+  Args:
+    key: a ``jax.random`` key.
+    hidden_size: H.
+    nonzeros: non-zero entries per row, in [1, H] (15 in the reference).
+    radius: the requested spectral radius rho >= 0 (0.95 in the reference).
+
+  Returns:
+    ``<float32>[H, H]`` with exactly ``nonzeros`` non-zeros in every row
+    (with probability 1) and rho(W) = radius (to float32 rounding).
+
+  Raises:
+    ValueError: if ``hidden_size`` < 1, ``nonzeros`` is not an int in
+      [1, H], or ``radius`` is negative or not finite.
+
+  References:
+    Pascanu, Mikolov & Bengio (2013), the "smart tanh" initialization of
+    the synthetic problems; github.com/pascanur/trainingRNNs, RNN.py lines
+    125-134.
+  """
+  _check_size(hidden_size)
+  if not isinstance(nonzeros, (int, np.integer)) or not 1 <= nonzeros <= hidden_size:
+    raise ValueError(f'nonzeros: expected an int in [1, H] = [1, {hidden_size}], '
+                     f'got {nonzeros!r}')
+  _check_radius('radius', radius)
+  key_values, key_columns = jax.random.split(key)
+  w = jax.random.normal(key_values, (hidden_size, hidden_size), jnp.float32)
+  order = jnp.argsort(jax.random.uniform(key_columns, (hidden_size, hidden_size)), axis=1)
+  columns = order[:, :nonzeros]  # [H, nonzeros], distinct within each row
+  mask = jnp.sum(jax.nn.one_hot(columns, hidden_size, dtype=jnp.float32), axis=1)
+  w = w * mask
+  return w * (radius / spectral_radius(w))

@@ -3,13 +3,19 @@
 import json
 
 import jax
+import ml_collections
 import numpy as np
+import optax
 import pytest
 
 from experiments import classify
 from experiments.configs import classify as classify_config
 from rnnjax.data import classification
 from rnnjax.data import corpora
+from rnnjax.train import harness
+from rnnjax.train import run_folder
+from rnnjax.train import tasks
+from rnnjax.train import trainer
 
 V, E, H = 12, 5, 7
 features = jax.jit(classify.features, static_argnames=('cell', 'last_state'))  # one compile a shape
@@ -117,26 +123,24 @@ def test_training_on_a_separable_task_reaches_high_accuracy():
   ids = np.asarray(rng.integers(6, 16, (640, 12)), np.int32)
   ids[:, 0] = labels + 2
   ids[np.arange(12)[None, :] >= lengths[:, None]] = classification.PAD_ID
-  config = classify_config.get_config()
-  config.update(cell='gru', embedding_size=8, hidden_size=16, batch_size=32, steps=150,
-                learning_rate=1e-2, dropout_rate=0.0, log_every=50)
-  params, record = classify.train_classifier(config, ids[:512], lengths[:512], labels[:512],
-                                             16, 4)
+  def loss(params, carry, batch, key):
+    scores = classify.logits(params, batch['ids'], batch['lengths'], 'gru', 'true')
+    return optax.softmax_cross_entropy_with_integer_labels(scores, batch['labels']).mean(), carry
+
+  def batch(step):
+    chosen = tasks.batch_indices(512, 32, 0, step)
+    return {'ids': ids[chosen], 'lengths': lengths[chosen], 'labels': labels[chosen]}
+
+  task = trainer.Task(init=lambda c, k: classify.init_classifier(k, 'gru', 16, 4, 8, 16),
+                      loss=loss, batch=batch)
+  config = ml_collections.ConfigDict(dict(
+      seed=0, steps=150, log_every=50, checkpoint_every=0, optimizer='adam', learning_rate=1e-2,
+      clipping='global_norm', clip_threshold=1.0, on_divergence='stop'))
+  params, records, _ = trainer.train(task, [config])
+  params, record = params[0], records[0]
   assert record['steps_done'] == 150 and record['final_train_loss'] < 0.1
   assert classify.accuracy(params, ids[512:], lengths[512:], labels[512:], 'gru', 'true',
                            batch_size=64) >= 0.95
-
-
-def test_table_puts_both_last_states_of_a_cell_in_one_row():
-  summaries = {f'{cell}_{last}': {'dataset': 'ag_news', 'cell': cell, 'bidirectional': False,
-                                  'last_state': last, 'test_accuracy': accuracy,
-                                  'elapsed_seconds': 61.0}
-               for cell, last, accuracy in (('gru', 'true', 0.85), ('gru', 'padded_end', 0.8),
-                                            ('elman', 'true', 0.7),
-                                            ('elman', 'padded_end', 0.25))}
-  lines = classify.table(summaries).splitlines()
-  assert lines[2] == '| ag_news | gru | 85.0% | 80.0% | 5.0 | 61 / 61 |'
-  assert lines[3] == '| ag_news | elman | 70.0% | 25.0% | 45.0 | 61 / 61 |'
 
 
 def test_corpora_are_split_and_read(classification_data_dir):
@@ -153,22 +157,42 @@ def test_corpora_are_split_and_read(classification_data_dir):
   assert sst2.test_texts[0] == "it 's a charming and often affecting journey . "
 
 
-def test_run_writes_the_summary(classification_data_dir, tmp_path):
+@pytest.mark.parametrize('cell', ['elman', 'gru'])
+def test_run_writes_the_summary_and_the_diagnostics(classification_data_dir, tmp_path, cell):
   config = classify_config.get_config()
   config.update(data_dir=str(classification_data_dir), max_length=16, embedding_size=8,
-                hidden_size=8, batch_size=32, steps=3, log_every=1, cell='elman')
-  summary = classify.run(config, tmp_path)
+                hidden_size=8, batch_size=32, steps=3, log_every=1, cell=cell)
+  summary, = harness.run_group(classify, [config], [tmp_path])
   assert json.loads((tmp_path / 'summary.json').read_text()) == summary
   assert summary['status'] == 'finished' and summary['steps_done'] == 3
   assert (summary['train_size'], summary['test_size']) == (6000, 1600)
   assert summary['majority_accuracy'] == 0.25 and 0 <= summary['test_accuracy'] <= 1
   assert 2 < summary['vocabulary_size'] <= config.max_vocabulary
+  lines = run_folder.read_metrics(tmp_path)
+  assert [line['step'] for line in lines] == [1, 2, 3]
+  assert all(0 < line['spectral_radius'] < 10 for line in lines)
+  assert set(lines[0]['profile']) == {'1', '2', '5', '10'}  # k < T = 16
+  assert all(0 < ratio < 10 for ratio in lines[0]['profile'].values())
   # a rerun with a bad value fails before it touches the finished run
-  for field, value, message in (('batch_size', 7000, 'config.batch_size: expected at most the '
-                                 '6000 training texts, got 7000'),
+  before = {p: p.read_bytes() for p in tmp_path.rglob('*') if p.is_file()}
+  for field, value, message in (('batch_size', 7000, 'batch_size'),
                                 ('optimizer', 'adamx', "config.optimizer: expected one of")):
     bad = config.copy_and_resolve_references()
     bad[field] = value
-    with pytest.raises(ValueError, match=message):
-      classify.run(bad, tmp_path)
-    assert json.loads((tmp_path / 'summary.json').read_text()) == summary
+    with pytest.raises((ValueError, run_folder.ConfigMismatch), match=message):
+      harness.run_group(classify, [bad], [tmp_path])
+  assert {p: p.read_bytes() for p in tmp_path.rglob('*') if p.is_file()} == before
+
+
+def test_the_probe_differentiates_the_first_layer_states(key):
+  """The probe's loss of the first layer's forward states equals the model's loss."""
+  for bidirectional, layers in ((False, 1), (True, 2)):
+    params = classify.init_classifier(key, 'gru', V, 3, E, H, layers, bidirectional)
+    lengths = np.array([5, 1, 8, 3], np.int32)
+    ids = padded_batch(jax.random.key(1), lengths, 8)
+    states, _ = classify.combinators.layer_for('gru')(
+        params['recurrence'][0][0], params['embedding'][ids], np.zeros((4, H), np.float32),
+        lengths)
+    np.testing.assert_allclose(
+        classify.logits(params, ids, lengths, 'gru', 'true', first_states=states),
+        classify.logits(params, ids, lengths, 'gru', 'true'), atol=1e-6)

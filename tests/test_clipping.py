@@ -16,67 +16,77 @@ def gradients(key):
 
 
 def clip(gradients, clipping, threshold):
-  transform = optimizers.clipping_transform(clipping, threshold)
-  return transform.update(gradients, transform.init(gradients))[0]
+  """The clipped gradients and whether the chain's clipping step says it clipped."""
+  transform = (optimizers.clip(optimizers.family(clipping), threshold) if clipping != 'none'
+               else optimizers.clip('global_norm', float('inf')))
+  clipped, state = transform.update(gradients, transform.init(gradients))
+  return clipped, bool(state.clipped)
 
 
 @pytest.mark.parametrize('threshold', [0.1, 1.0, 5.0])
 def test_global_norm_above_threshold_equals_threshold(gradients, threshold):
   assert float(optax.tree.norm(gradients)) > threshold
-  clipped = clip(gradients, 'global_norm', threshold)
+  clipped, was_clipped = clip(gradients, 'global_norm', threshold)
   assert float(optax.tree.norm(clipped)) == pytest.approx(threshold, rel=1e-6)
   # Direction kept: every entry scaled by the same factor.
   factor = threshold / float(optax.tree.norm(gradients))
   for name in gradients:
     np.testing.assert_allclose(clipped[name], factor * gradients[name], rtol=1e-6)
-  assert optimizers.was_clipped(gradients, 'global_norm', threshold)
+  assert was_clipped
 
 
 def test_global_norm_below_threshold_is_unchanged(gradients):
   huge = 1e6
-  clipped = clip(gradients, 'global_norm', huge)
+  clipped, was_clipped = clip(gradients, 'global_norm', huge)
   for name in gradients:
     np.testing.assert_array_equal(clipped[name], gradients[name])
-  assert not optimizers.was_clipped(gradients, 'global_norm', huge)
+  assert not was_clipped
 
 
 def test_clipping_twice_equals_once(gradients):
-  once = clip(gradients, 'global_norm', 1.0)
-  twice = clip(once, 'global_norm', 1.0)
+  once, _ = clip(gradients, 'global_norm', 1.0)
+  twice, _ = clip(once, 'global_norm', 1.0)
   for name in gradients:
     np.testing.assert_allclose(twice[name], once[name], rtol=1e-6)
 
 
 def test_elementwise_clamps_each_entry(gradients):
-  clipped = clip(gradients, 'elementwise', 0.5)
+  clipped, was_clipped = clip(gradients, 'elementwise', 0.5)
   for name in gradients:
     np.testing.assert_array_equal(clipped[name], np.clip(gradients[name], -0.5, 0.5))
-  assert optimizers.was_clipped(gradients, 'elementwise', 0.5)
-  assert not optimizers.was_clipped(gradients, 'elementwise', 1e6)
+  assert was_clipped
+  assert not clip(gradients, 'elementwise', 1e6)[1]
 
 
 def test_no_clipping_is_identity(gradients):
-  clipped = clip(gradients, 'none', 0.0)
+  clipped, was_clipped = clip(gradients, 'none', 0.0)
   for name in gradients:
     np.testing.assert_array_equal(clipped[name], gradients[name])
-  assert not optimizers.was_clipped(gradients, 'none', float('inf'))
+  assert not was_clipped
 
 
 def test_optimizer_chain_clips_before_the_update(gradients):
   params = jax.tree_util.tree_map(jnp.zeros_like, gradients)
   optimizer = optimizers.make_optimizer('sgd', 1.0, 'global_norm', 1.0)
-  updates, _ = optimizer.update(gradients, optimizer.init(params), params)
+  updates, state = optimizer.update(gradients, optimizer.init(params), params)
   assert float(optax.tree.norm(updates)) == pytest.approx(1.0, rel=1e-6)
+  measured = optimizers.measurements(state)  # what the chain saw, from its own state
+  assert float(measured['grad_norm']) == pytest.approx(float(optax.tree.norm(gradients)),
+                                                       rel=1e-6)
+  assert bool(measured['clipped'])
+  assert float(measured['update_norm']) == pytest.approx(1.0, rel=1e-6)
 
 
-def test_skip_on_divergence_skips_non_finite_updates(gradients):
-  params = jax.tree_util.tree_map(jnp.zeros_like, gradients)
-  optimizer = optimizers.make_optimizer('sgd', 1.0, on_divergence='skip')
-  bad = dict(gradients, b=gradients['b'].at[0].set(jnp.nan))
-  updates, state = optimizer.update(bad, optimizer.init(params), params)
-  for name in updates:
-    np.testing.assert_array_equal(updates[name], 0.0)
-  assert int(state.inner_state.total_notfinite) == 1
+def test_huge_finite_gradients_clip_to_the_threshold():
+  params = {'w': jnp.zeros(2)}
+  grads = {'w': jnp.array([3e19, 4e19], jnp.float32)}
+  clipped = optimizers.make_optimizer('sgd', 1.0, 'global_norm', 1.0)
+  updates, state = clipped.update(grads, clipped.init(params), params)
+  np.testing.assert_allclose(updates['w'], [-0.6, -0.8], rtol=1e-6)  # optax's own: [-0, -0]
+  assert float(optimizers.measurements(state)['grad_norm']) == pytest.approx(5e19, rel=1e-6)
+  unclipped = optimizers.make_optimizer('sgd', 1.0, 'none')
+  updates, _ = unclipped.update(grads, unclipped.init(params), params)
+  np.testing.assert_allclose(updates['w'], [-3e19, -4e19], rtol=1e-6)  # optax's own: NaN
 
 
 @pytest.mark.parametrize('kwargs, message', [
@@ -85,9 +95,7 @@ def test_skip_on_divergence_skips_non_finite_updates(gradients):
     (dict(name='sgd', learning_rate=float('inf')), 'learning_rate: expected a finite value > 0, got inf'),
     (dict(name='sgd', learning_rate=0.1, clipping='norm'), "clipping: expected one of .* got 'norm'"),
     (dict(name='sgd', learning_rate=0.1, clipping='global_norm', clip_threshold=-1.0),
-     "clip_threshold: expected a value > 0 for clipping='global_norm', got -1.0"),
-    (dict(name='sgd', learning_rate=0.1, on_divergence='retry'),
-     "on_divergence: expected one of .* got 'retry'"),
+     "clip_threshold: expected a finite value > 0 for clipping='global_norm', got -1.0"),
 ])
 def test_bad_settings_are_named(kwargs, message):
   with pytest.raises(ValueError, match=message):

@@ -46,7 +46,7 @@ def test_jax_mode_agrees_with_the_seed_in_distribution(tmp_path):
 
 def test_network_mode_reads_a_finished_run(tmp_path, shared_data_dir):
   run_dir = tmp_path / 'char_lm'
-  subprocess.run([sys.executable, '-m', 'experiments.char_lm',
+  subprocess.run([sys.executable, '-m', 'launch.run',
                   '--config=experiments/configs/char_lm.py', f'--workdir={run_dir}',
                   '--config.steps=2', '--config.hidden_size=16', '--config.embedding_size=8',
                   '--config.batch_size=4', '--config.truncation=16', '--config.sample_length=3'],

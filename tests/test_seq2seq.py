@@ -10,6 +10,7 @@ import pytest
 
 from experiments import seq2seq as experiment
 from experiments.configs import seq2seq as configs
+from rnnjax.train import harness
 from rnnjax import combinators
 from rnnjax import seq2seq
 from rnnjax.data import synthetic
@@ -179,7 +180,7 @@ def test_short_training_run_learns_reversal(tmp_path):
                  'hidden_size': 48, 'batch_size': 64, 'steps': 300, 'learning_rate': 1e-2,
                  'log_every': 100})
   assert config.max_decode_length == 4  # follows max_digits
-  summary = experiment.run(config, tmp_path)
+  summary, = harness.run_group(experiment, [config], [tmp_path])
   written = json.loads((tmp_path / 'summary.json').read_text())
   assert written['exact_match'] == summary['exact_match'] and written['status'] == 'finished'
   assert summary['steps_done'] == 300
@@ -187,9 +188,14 @@ def test_short_training_run_learns_reversal(tmp_path):
   assert summary['exact_match'] > 0.8, summary
   assert summary['token_accuracy'] > 0.9
   assert summary['sampled_exact_match'] > 0.5
-  losses = [json.loads(line)['loss'] for line in (tmp_path / 'metrics.jsonl').open()]
+  lines = [json.loads(line) for line in (tmp_path / 'metrics.jsonl').open()]
+  losses = [line['loss'] for line in lines]
   assert len(losses) == 4  # steps 1, 100, 200, 300
   assert losses[0] > 2.0 and summary['test_loss'] < 0.5  # nats per token; ln 13 = 2.56
+  # the encoder's recurrent weight and its gradient-norm profile, at every logged step
+  assert all(0 < line['spectral_radius'] < 10 for line in lines)
+  assert set(lines[0]['profile']) == {'1', '2'}  # k < T = 3 digits
+  assert all(0 < ratio < 10 for ratio in lines[-1]['profile'].values())
 
 
 @pytest.mark.parametrize('field, value, message', [
@@ -205,4 +211,4 @@ def test_config_is_checked_before_training(field, value, message):
   config = configs.get_config()
   config[field] = value
   with pytest.raises(ValueError, match=message):
-    experiment.check_config(config)
+    harness.check(experiment, [config])

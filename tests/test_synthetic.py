@@ -1,8 +1,6 @@
 """The synthetic long-range tasks and the long_range experiment."""
 
 import math
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -10,6 +8,8 @@ import numpy as np
 import pytest
 
 from experiments import long_range
+from rnnjax.train import harness
+from rnnjax.train import trainer
 from rnnjax.data import synthetic
 
 
@@ -68,54 +68,42 @@ def test_tasks_under_vmap():
   assert inputs.shape == (3, 2, 10, 2) and targets.shape == (3, 2, 1)
 
 
-def test_parse_init():
-  assert long_range.parse_init('gaussian:1.2') == ('gaussian', 1.2)
-  assert long_range.init_label('identity:1') == 'IRNN (identity x 1, relu)'
-  with pytest.raises(ValueError, match="inits: expected entries .* got 'xavier:1'"):
-    long_range.parse_init('xavier:1')
-
-
 def test_vmapped_runs_equal_solo_runs():
   # Stacking runs into one vmapped program changes nothing: each run's result equals its solo run.
   from experiments.configs import long_range as configs
-  config = configs.get_config()
-  config.steps, config.test_size, config.hidden_size = 30, 64, 8
-  run = long_range.make_run(config, 10, 'tanh')
-  params = [long_range.initial_params(config, spec, 0, 2, 1) for spec in ('gaussian:0.5', 'orthogonal:1.0')]
-  stacked = jax.tree_util.tree_map(lambda *l: jnp.stack(l), *params)
-  keys = jnp.stack([jax.random.key(0), jax.random.key(1)])
-  thresholds = jnp.array([0.0, 1.0])
-  together = jax.jit(jax.vmap(run))(stacked, keys, thresholds)
-  for i in range(2):
-    alone = jax.jit(run)(params[i], keys[i], thresholds[i])
-    assert float(together['test_error'][i]) == pytest.approx(float(alone['test_error']), rel=1e-5)
-
-
-def test_long_range_experiment_writes_table_and_heatmaps(tmp_path):
-  output = subprocess.run(
-      [sys.executable, '-m', 'experiments.long_range', f'--workdir={tmp_path}',
-       '--config.lengths=(5,10)', '--config.steps=20', '--config.seeds=2',
-       "--config.inits=('gaussian:1.0','identity:1.0')", '--config.clip_thresholds=(0.0,1.0)',
-       '--config.test_size=64'], capture_output=True, text=True, check=True).stdout
-  table = (tmp_path / 'results.md').read_text()
-  assert len(table.splitlines()) == 2 + 2 * 2 * 2  # header + T x init x clipping
-  assert '| 10 | IRNN (identity x 1, relu) | global norm 1 |' in table
-  for clip in ('0', '1'):
-    assert (tmp_path / f'heatmap_clip_{clip}.png').stat().st_size > 5_000
-  assert '16 runs in' in output
+  runs = []
+  for init, radius, clipping in (('gaussian', 0.5, 'none'), ('orthogonal', 1.0, 'global_norm')):
+    config = configs.get_config()
+    config.update(length=10, steps=30, log_every=10, test_size=64, hidden_size=8,
+                  recurrent_init=init, spectral_radius=radius, clipping=clipping,
+                  seed=len(runs))
+    runs.append(config)
+  harness.check(long_range, runs)  # one group
+  task = long_range.task(runs[0])
+  together, records, _ = trainer.train(task, runs)
+  for config, params, record in zip(runs, together, records):
+    alone, alone_records, _ = trainer.train(task, [config])
+    assert record['final_train_loss'] == pytest.approx(alone_records[0]['final_train_loss'],
+                                                       rel=1e-5)
+    assert task.report(config, params)['test_error'] == pytest.approx(
+        task.report(config, alone[0])['test_error'], rel=1e-5)
 
 
 @pytest.mark.parametrize('field, value, message', [
-    ('lengths', (10, 1), 'config.lengths: length: expected an int T >= 2, got 1'),
-    ('seeds', 0, 'config.seeds: expected an int >= 1, got 0'),
-    ('clip_thresholds', (), 'config.clip_thresholds: expected at least one value'),
-    ('clip_thresholds', (1.0, -2.0), r'config.clip_thresholds: expected values >= 0 \(0: no clipping\), got -2.0'),
-    ('learning_rate', -1.0, 'learning_rate: expected a finite value > 0, got -1.0'),
-    ('optimizer', 'rmsprop', "optimizer: expected one of .* got 'rmsprop'"),
+    ('length', 1, 'config.length: length: expected an int T >= 2, got 1'),
+    ('task', 'parity', "config.task: expected one of .* got 'parity'"),
+    ('hidden_size', 0, 'config.hidden_size: expected an int >= 1, got 0'),
+    ('spectral_radius', -1.0, 'config.spectral_radius: expected a finite value >= 0, got -1.0'),
+    ('success_threshold', 0.0, 'config.success_threshold: expected a value > 0, got 0.0'),
+    ('clip_threshold', -2.0, 'config.clip_threshold: expected a finite value > 0'),
+    ('learning_rate', -1.0, 'config.learning_rate: expected a finite value > 0, got -1.0'),
+    ('optimizer', 'rmsprop', "config.optimizer: expected one of .* got 'rmsprop'"),
 ])
 def test_long_range_config_is_checked_before_training(field, value, message):
   from experiments.configs import long_range as configs
   config = configs.get_config()
   config[field] = value
+  if field == 'clip_threshold':
+    config.clipping = 'global_norm'
   with pytest.raises(ValueError, match=message):
-    long_range.check_config(config)
+    harness.check(long_range, [config])

@@ -16,9 +16,10 @@ from rnnjax.data import batching
 from rnnjax.data import corpora
 from rnnjax.data import subwords
 from rnnjax.data import text
-from rnnjax.train import language_model
-from rnnjax.train import optimizers
-from rnnjax.train import supervised
+from rnnjax import evaluation
+from rnnjax.train import harness
+from rnnjax.train import run_folder
+from rnnjax.train import tasks
 
 # (name, words + one <eos> per line) from ../shared/data/README.md.
 TOKEN_COUNTS = [('ptb.train', 929_589), ('ptb.valid', 73_760), ('ptb.test', 82_430),
@@ -90,14 +91,14 @@ def test_perplexity_of_a_uniform_model_is_the_vocabulary_size_and_padding_change
   targets = jnp.array([[5, 9, 3, 0, 0], [1, 2, 0, 0, 0]])
   mask = targets != 0
   uniform = jnp.zeros((2, 5, vocab))
-  total, count = language_model.masked_nll(uniform, targets, mask)
+  total, count = evaluation.masked_nll(uniform, targets, mask)
   assert count == 5
-  assert language_model.perplexity(total, count) == pytest.approx(vocab, rel=1e-6)
+  assert evaluation.perplexity(total, count) == pytest.approx(vocab, rel=1e-6)
   # more padding, with arbitrary logits at the padded positions: same numbers
   padded_targets = jnp.pad(targets, ((0, 0), (0, 3)))
   logits = jax.random.normal(jax.random.key(0), (2, 8, vocab)) * 50
   logits = logits.at[:, :5].set(0.0)
-  total2, count2 = language_model.masked_nll(logits, padded_targets, padded_targets != 0)
+  total2, count2 = evaluation.masked_nll(logits, padded_targets, padded_targets != 0)
   assert (float(total2), float(count2)) == (pytest.approx(float(total), rel=1e-6), 5.0)
 
 
@@ -105,23 +106,23 @@ def test_masked_nll_checks_its_arguments():
   logits = jnp.zeros((2, 3, 10))
   targets = jnp.ones((2, 3), jnp.int32)
   with pytest.raises(ValueError, match=r'expected shape \[B, T\] = \(2, 3\).* got \(2, 3\) and \(3,\)'):
-    language_model.masked_nll(logits, targets, jnp.ones(3, bool))
+    evaluation.masked_nll(logits, targets, jnp.ones(3, bool))
   with pytest.raises(ValueError, match='mask: expected dtype bool, got float32'):
-    language_model.masked_nll(logits, targets, jnp.full((2, 3), 0.5))
+    evaluation.masked_nll(logits, targets, jnp.full((2, 3), 0.5))
   with pytest.raises(ValueError, match=r'targets: expected ids in \[0, V\) = \[0, 10\), got min -1'):
-    language_model.masked_nll(logits, targets.at[0, 0].set(-1), targets > 0)
+    evaluation.masked_nll(logits, targets.at[0, 0].set(-1), targets > 0)
 
 
 def test_perplexity_is_inf_above_the_cap_not_an_overflow():
-  assert language_model.perplexity(20.0 * 10, 10) == pytest.approx(math.exp(20.0))
-  assert language_model.perplexity(20.5 * 10, 10) == math.inf
-  assert language_model.perplexity(1e6, 1) == math.inf
-  assert language_model.perplexity(math.nan, 3) == math.inf
-  assert language_model.perplexity(0.0, 3) == 1.0
+  assert evaluation.perplexity(20.0 * 10, 10) == pytest.approx(math.exp(20.0))
+  assert evaluation.perplexity(20.5 * 10, 10) == math.inf
+  assert evaluation.perplexity(1e6, 1) == math.inf
+  assert evaluation.perplexity(math.nan, 3) == math.inf
+  assert evaluation.perplexity(0.0, 3) == 1.0
   with pytest.raises(ValueError, match='count: expected a number of tokens > 0, got 0'):
-    language_model.perplexity(1.0, 0)
+    evaluation.perplexity(1.0, 0)
   with pytest.raises(ValueError, match='nll_sum: expected a summed negative log-likelihood >= 0'):
-    language_model.perplexity(-5.0, 3)
+    evaluation.perplexity(-5.0, 3)
 
 
 def test_pad_sequences_rounds_up_and_cuts():
@@ -134,84 +135,17 @@ def test_pad_sequences_rounds_up_and_cuts():
     batching.pad_sequences([[1]], multiple=0)
   with pytest.raises(ValueError, match=r'sequence 1 has shape \(2,\) and dtype float64'):
     batching.pad_sequences([[1], [1.7, 2.2]])
-  with pytest.raises(ValueError, match='pad_id: expected an int id, got 2.5'):
+  with pytest.raises(ValueError, match=r'pad_id: expected an int id.*, got 2.5'):
     batching.pad_sequences([[1]], pad_id=2.5)
 
 
-def test_epoch_batches_cover_each_example_once_per_epoch():
-  batches = batching.epoch_batches(10, 3, seed=0)
-  first_epoch = np.concatenate([next(batches) for _ in range(3)])
+def test_batch_indices_cover_each_example_once_per_epoch():
+  first_epoch = np.concatenate([tasks.batch_indices(10, 3, 0, step) for step in (1, 2, 3)])
   assert len(set(first_epoch.tolist())) == 9  # the tenth is the dropped partial batch
+  np.testing.assert_array_equal(tasks.batch_indices(10, 3, 0, 4), tasks.batch_indices(10, 3, 0, 4))
+  assert tasks.batch_indices(10, 3, 0, 4).tolist() != tasks.batch_indices(10, 3, 0, 1).tolist()
   with pytest.raises(ValueError, match=r'batch_size: expected an int in \[1, 10\]'):
-    batching.epoch_batches(10, 11, seed=0)  # at the call, before any work
-
-
-def _regression_loss(params, batch, key):
-  del key
-  inputs, targets = batch
-  return jnp.mean((inputs @ params['w'] - targets) ** 2)
-
-
-def test_fit_learns_and_stops_on_divergence(tmp_path):
-  rng = np.random.default_rng(0)
-  inputs = rng.normal(size=(64, 3)).astype(np.float32)
-  targets = inputs @ np.array([1.0, -2.0, 0.5], np.float32)
-  batches = iter(lambda: (inputs, targets), None)
-  params, record = supervised.fit(
-      _regression_loss, {'w': jnp.zeros(3)}, optimizers.make_optimizer('sgd', 0.1, 'none', 1.0),
-      batches, 200, jax.random.key(0), clipping='none', log_every=50, workdir=tmp_path)
-  np.testing.assert_allclose(params['w'], [1.0, -2.0, 0.5], atol=1e-4)
-  assert record['steps_done'] == 200 and not record['diverged']
-  lines = [json.loads(line) for line in (tmp_path / 'metrics.jsonl').read_text().splitlines()]
-  assert [line['step'] for line in lines] == [1, 50, 100, 150, 200]
-  assert (tmp_path / 'checkpoint' / '200').is_dir()
-  supervised.fit(  # a rerun into the same folder replaces the run before it
-      _regression_loss, {'w': jnp.zeros(3)}, optimizers.make_optimizer('sgd', 0.1, 'none', 1.0),
-      batches, 50, jax.random.key(0), clipping='none', log_every=50, workdir=tmp_path)
-  assert sorted(p.name for p in (tmp_path / 'checkpoint').iterdir()) == ['50']
-  assert len((tmp_path / 'metrics.jsonl').read_text().splitlines()) == 2
-
-  _, record = supervised.fit(  # learning rate 5: the loss grows without bound
-      _regression_loss, {'w': jnp.zeros(3)}, optimizers.make_optimizer('sgd', 5.0, 'none', 1.0),
-      batches, 400, jax.random.key(0), clipping='none', log_every=10)
-  assert record['diverged'] and 10 < record['diverged_step'] <= 400
-  assert record['steps_done'] < record['diverged_step']
-
-
-def _batches_with_nan_at(step, count=None):
-  rng = np.random.default_rng(0)
-  inputs = rng.normal(size=(8, 3)).astype(np.float32)
-  targets = inputs @ np.array([1.0, -2.0, 0.5], np.float32)
-  for number in range(1, (count or 10 ** 9) + 1):
-    yield (np.full_like(inputs, np.nan) if number == step else inputs), targets
-
-
-@pytest.mark.parametrize('optimizer_policy, log_every, diverged', [
-    ('skip', 1, False), ('skip', 5, False),  # the NaN step is skipped, however it is logged
-    ('stop', 5, True),  # asked to skip with an optimizer that applies NaN updates: stop
-])
-def test_fit_skip_needs_an_optimizer_that_skips(optimizer_policy, log_every, diverged):
-  optimizer = optimizers.make_optimizer('sgd', 0.1, 'none', 1.0, optimizer_policy)
-  params, record = supervised.fit(
-      _regression_loss, {'w': jnp.zeros(3)}, optimizer, _batches_with_nan_at(3), 10,
-      jax.random.key(0), clipping='none', on_divergence='skip', log_every=log_every)
-  assert np.isfinite(params['w']).all()  # never NaN params, whatever the optimizer did
-  assert record['diverged'] == diverged
-  if not diverged:
-    assert record['steps_done'] == 10 and record['skipped_steps'] == 1
-  else:
-    assert record['diverged_step'] == 3 and record['steps_done'] == 1
-
-
-def test_fit_ends_where_the_batches_end():
-  params, record = supervised.fit(
-      _regression_loss, {'w': jnp.zeros(3)}, optimizers.make_optimizer('sgd', 0.1, 'none', 1.0),
-      list(_batches_with_nan_at(0, count=7)), 20, jax.random.key(0), clipping='none',
-      log_every=5)
-  assert record['steps_done'] == 7 and not record['diverged']
-  with pytest.raises(ValueError, match="clipping: expected one of .* got 'globalnorm'"):
-    supervised.fit(_regression_loss, params, optimizers.make_optimizer('sgd', 0.1, 'none', 1.0),
-                   [], 1, jax.random.key(0), clipping='globalnorm')
+    tasks.batch_indices(10, 11, 0, 1)
 
 
 def _tiny_corpus(folder: pathlib.Path, monkeypatch):
@@ -235,7 +169,7 @@ def test_experiment_runs_end_to_end(tmp_path, monkeypatch, tokens):
   config.update(data_dir=str(tmp_path / 'data'), tokens=tokens, vocab_size=30, hidden_size=16,
                 embedding_size=8, batch_size=4, truncation=8, steps=60, log_every=30,
                 learning_rate=1e-2, dropout_rate=0.0, sample_prompt='the cat', sample_length=5)
-  summary = bpe_lm.run(config, tmp_path / 'run')
+  summary, = harness.run_group(bpe_lm, [config], [tmp_path / 'run'])
   assert summary['status'] == 'finished'
   saved = json.loads((tmp_path / 'run' / 'summary.json').read_text())
   # random words: uniform over 10 words and <eos> would be 11; a short run comes near it
@@ -247,11 +181,16 @@ def test_experiment_runs_end_to_end(tmp_path, monkeypatch, tokens):
     assert saved['test_tokens'] > saved['test_words']  # pieces per word >= 1, plus <eos>
     assert (tmp_path / 'run' / 'bpe.model').exists()
   assert saved['sample_greedy'].startswith('the cat | ')
-  # a rerun with a prompt outside the vocabulary fails before it touches the finished run
+  lines = run_folder.read_metrics(tmp_path / 'run')
+  assert [line['step'] for line in lines] == [1, 30, 60]
+  assert lines[0]['spectral_radius'] == pytest.approx(1.0, abs=1e-4)  # the init's rho
+  assert set(lines[0]['profile']) >= {'1', '2'}
+  # a prompt outside the vocabulary fails before training, in a fresh folder too
   config.update(sample_prompt='the zebra', vocab_size=10_000)
   with pytest.raises(ValueError, match=r"config.sample_prompt: words: 1 words are not in the "
                                        r"vocabulary|config.vocab_size: 10000 is too large"):
-    bpe_lm.run(config, tmp_path / 'run')
+    harness.run_group(bpe_lm, [config], [tmp_path / 'other'])
+  assert not (tmp_path / 'other').exists()
   assert json.loads((tmp_path / 'run' / 'summary.json').read_text()) == saved
 
 
@@ -271,7 +210,7 @@ def test_bad_config_is_named(field, value, message):
   config = bpe_lm_config.get_config()
   config[field] = value
   with pytest.raises(ValueError, match=message):
-    bpe_lm.check_config(config)
+    harness.check(bpe_lm, [config])
 
 
 def test_sequence_scores_equal_scoring_each_sequence_alone(shared_data_dir):
@@ -279,7 +218,7 @@ def test_sequence_scores_equal_scoring_each_sequence_alone(shared_data_dir):
   processor, _ = subwords.train_bpe(lines, 300)
   sequences = subwords.encode_lines(processor, lines[:40])
   model = models.LanguageModel(300, 32, 16)
-  params = bpe_lm.init_params(model, jax.random.key(0))
+  params = tasks.init_language_model(model, jax.random.key(0))
   total, tokens = bpe_lm.sequence_scores(model, params, sequences, batch_size=16)
   alone = [bpe_lm.sequence_scores(model, params, [s], batch_size=1) for s in sequences]
   assert tokens == sum(len(s) - 1 for s in sequences) == sum(t for _, t in alone)

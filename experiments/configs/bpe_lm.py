@@ -4,14 +4,14 @@ The default is the word-level Elman LM on PTB (10,000 words with <eos>,
 truncated BPTT over the concatenated text, as Mikolov's RNN LM: 124.7 test
 perplexity; 5-gram Kneser-Ney 141.2):
 
-  python -m experiments.bpe_lm --config=experiments/configs/bpe_lm.py --workdir=results/ptb_word
+  python -m launch.run --config=experiments/configs/bpe_lm.py --workdir=results/ptb_word
 
 BPE (sentencepiece trained on the training split; sentences padded in
 batches, padding excluded from the loss):
 
-  python -m experiments.bpe_lm --config=experiments/configs/bpe_lm.py \
+  python -m launch.run --config=experiments/configs/bpe_lm.py \
       --config.tokens=bpe --workdir=results/ptb_bpe
-  python -m experiments.bpe_lm --config=experiments/configs/bpe_lm.py \
+  python -m launch.run --config=experiments/configs/bpe_lm.py \
       --config.tokens=bpe --config.corpus=wikitext-2 --workdir=results/wikitext2_bpe
 """
 
@@ -20,7 +20,8 @@ import ml_collections
 
 def get_config():
   config = ml_collections.ConfigDict()
-  config.seed = 0
+  config.experiment = 'bpe_lm'  # the module experiments.bpe_lm
+  config.seed = 0  # init, dropout and (bpe mode) the batch order
   config.corpus = 'ptb'  # ptb | wikitext-2
   config.data_dir = ''  # empty: $RNNJAX_DATA_DIR, else ./data
   config.tokens = 'word'  # word: the corpus's own vocabulary with <eos>; bpe: sentencepiece
@@ -48,6 +49,7 @@ def get_config():
   config.on_divergence = 'stop'  # stop | skip
 
   config.log_every = 200
+  config.checkpoint_every = 1000  # steps between checkpoints (0: only at the end)
   config.sample_prompt = 'the company said'
   config.sample_length = 30
   config.sample_temperature = 0.8

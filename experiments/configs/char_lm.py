@@ -2,8 +2,7 @@
 
 One run (about 2 minutes on 2 CPU cores, validation about 1.6 nats/char):
 
-  python -m experiments.char_lm --config=experiments/configs/char_lm.py \
-      --workdir=results/char_lm
+  python -m launch.run --config=experiments/configs/char_lm.py --workdir=results/char_lm
 
 The sweep beside it (``get_sweep``: spectral radius x clipping x tau, 20
 runs of a smaller network trained with plain SGD, so that clipping matters;
@@ -22,6 +21,7 @@ import ml_collections
 
 def get_config():
   config = ml_collections.ConfigDict()
+  config.experiment = 'char_lm'  # the module experiments.char_lm
   config.seed = 0
   config.corpus = 'tinyshakespeare'
   config.data_dir = ''  # empty: $RNNJAX_DATA_DIR, else ./data
@@ -32,6 +32,7 @@ def get_config():
   config.activation = 'tanh'
   config.recurrent_init = 'gaussian'  # gaussian | orthogonal | identity | uniform
   config.spectral_radius = 1.0  # of W_hh at init (the gain for identity)
+  config.dropout_rate = 0.0  # on the recurrence's inputs and outputs, never the recurrent path
 
   config.batch_size = 64  # parallel streams
   config.truncation = 64  # tau, BPTT window in steps
@@ -44,7 +45,7 @@ def get_config():
   config.on_divergence = 'stop'  # stop | skip
 
   config.log_every = 100
-  config.checkpoint_every = 0  # 0: only at the end
+  config.checkpoint_every = 500  # steps between checkpoints (0: only at the end)
   config.sample_prompt = 'ROMEO:'
   config.sample_length = 300
   config.sample_temperature = 0.8

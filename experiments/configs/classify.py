@@ -2,16 +2,16 @@
 
 One run (AG News, GRU, the state at each text's true last word):
 
-  RNNJAX_DATA_DIR=../shared/data python -m experiments.classify \
+  RNNJAX_DATA_DIR=../shared/data python -m launch.run \
       --config=experiments/configs/classify.py --workdir=results/classify/ag_news_gru \
       [--config.cell=elman --config.last_state=padded_end --config.dataset=sst2 ...]
 
-The table (``get_table``: AG News and SST-2, Elman and GRU, true last state
-and padded end; eight runs one after another, each 40 to 95 s on 2 shared
-CPU cores, 9 minutes in all), written to ``<table>/table.md`` and printed:
+The sweep (``get_sweep``: AG News and SST-2, Elman and GRU, true last state
+and padded end; eight runs, each 40 to 95 s on 2 CPU cores), its table in
+``results/classify/results.md``:
 
-  RNNJAX_DATA_DIR=../shared/data python -m experiments.classify \
-      --config=experiments/configs/classify.py --table=results/classify
+  RNNJAX_DATA_DIR=../shared/data python -m launch.sweep \
+      --config=experiments/configs/classify.py --workdir=results/classify
 
 AG News is the 7,600-row test.csv split stratified into 6,000 train and
 1,600 test rows (400 per class; chance 25%); SST-2 trains on train.tsv's
@@ -26,7 +26,8 @@ import ml_collections
 
 def get_config():
   config = ml_collections.ConfigDict()
-  config.seed = 0
+  config.experiment = 'classify'  # the module experiments.classify
+  config.seed = 0  # init, dropout and the batch order
   config.dataset = 'ag_news'  # ag_news | sst2
   config.data_dir = ''  # empty: $RNNJAX_DATA_DIR, else ./data
   config.test_size = 1600  # AG News rows held out, stratified (sst2: dev.tsv is the test set)
@@ -52,12 +53,12 @@ def get_config():
   config.clip_threshold = 1.0
   config.on_divergence = 'stop'  # stop | skip (a NaN/Inf loss's update)
   config.log_every = 100
+  config.checkpoint_every = 500  # steps between checkpoints (0: only at the end)
   return config
 
 
-def get_table():
-  """The runs of the table: ``(name, overrides)`` for each dataset x cell x last state."""
-  return [(f'{dataset}_{cell}_{last_state}',
-           {'dataset': dataset, 'cell': cell, 'last_state': last_state})
+def get_sweep():
+  """Dataset x cell x last state: 8 runs, each a dict of config overrides."""
+  return [{'dataset': dataset, 'cell': cell, 'last_state': last_state}
           for dataset in ('ag_news', 'sst2') for cell in ('elman', 'gru')
           for last_state in ('true', 'padded_end')]

@@ -1,39 +1,60 @@
 """The classic long-range tasks: where does an Elman network stop learning as T grows?
 
-  python -m experiments.long_range --config=experiments/configs/long_range.py \
+  python -m launch.sweep --config=experiments/configs/long_range.py \
       --workdir=results/long_range
 
-The default sweeps the adding problem over T in {10, 25, 50, 100}, six
-initializations (Gaussian W_hh at spectral radius 0.5, 1.0, 1.2 and 1.5 with
-tanh, orthogonal with tanh, identity with relu = IRNN) and three clipping
-settings (none, global norm 1 and 10), with 3 seeds each: 216 runs, vmapped
-into one compiled program per T and activation, in 6 to 7 minutes on a
-quiet 2-CPU-core machine. Success: test MSE below 0.01 on 1000 fresh
-sequences (the trivial baseline, always predicting 1, has 0.167). Measured:
-at T = 50 the IRNN with global-norm clipping succeeds (3 of 3 seeds at
-threshold 10, test MSE 0.0009; 2 of 3 at threshold 1) and fails without
-clipping; the tanh inits fail at T = 50 (orthogonal with clipping at 1: 1
-of 3).
+The sweep (``get_sweep``) trains the adding problem over T in {10, 25, 50,
+100}, six initializations (Gaussian W_hh at spectral radius 0.5, 1.0, 1.2
+and 1.5 with tanh, orthogonal with tanh, identity with relu = IRNN) and
+three clipping settings (none, global norm 1 and 10), with 3 seeds each:
+216 runs, one vmapped program per T and activation. Success: test MSE below
+0.01 on 1000 fresh sequences (the trivial baseline, always predicting 1,
+has 0.167). ``results.md`` gives every run; ``results_over_seeds.md`` the
+success rate per (T, init, clipping).
 """
 
+import itertools
+
 import ml_collections
+
+# (recurrent_init, spectral_radius or gain, activation)
+INITS = (('gaussian', 0.5, 'tanh'), ('gaussian', 1.0, 'tanh'), ('gaussian', 1.2, 'tanh'),
+         ('gaussian', 1.5, 'tanh'), ('orthogonal', 1.0, 'tanh'), ('identity', 1.0, 'relu'))
+CLIPPINGS = (('none', 1.0), ('global_norm', 1.0), ('global_norm', 10.0))
 
 
 def get_config():
   config = ml_collections.ConfigDict()
+  config.experiment = 'long_range'  # the module experiments.long_range
+  config.seed = 0  # init, and every training and test batch
   config.task = 'adding'  # adding | temporal_order | copy
-  config.lengths = (10, 25, 50, 100)  # T
-  # Each init is 'gaussian:<rho>', 'orthogonal:<rho>' (tanh) or 'identity:<gain>' (relu, IRNN).
-  config.inits = ('gaussian:0.5', 'gaussian:1.0', 'gaussian:1.2', 'gaussian:1.5',
-                  'orthogonal:1.0', 'identity:1.0')
-  config.clip_thresholds = (0.0, 1.0, 10.0)  # global norm; 0 means no clipping
-  config.seeds = 3
+  config.length = 50  # T
+  config.copy_memory = 10  # symbols to remember (copy task)
+
   config.hidden_size = 64
+  config.activation = 'tanh'  # tanh | relu (the IRNN)
+  config.recurrent_init = 'gaussian'  # gaussian | orthogonal | identity | uniform
+  config.spectral_radius = 1.0  # of W_hh at init (the gain for identity)
+
   config.batch_size = 32
   config.steps = 2000
-  config.optimizer = 'adam'
+  config.optimizer = 'adam'  # sgd | adagrad | adam | adamw
   config.learning_rate = 2e-3
+  config.clipping = 'none'  # none | global_norm | elementwise
+  config.clip_threshold = 1.0
+  config.on_divergence = 'stop'  # stop | skip
+  config.log_every = 100
+  config.checkpoint_every = 1000  # steps between checkpoints (0: only at the end)
+
   config.test_size = 1000
   config.success_threshold = 0.01  # test error: MSE (adding), error rate (others)
-  config.copy_memory = 10
   return config
+
+
+def get_sweep():
+  """T x init x clipping x seed: 216 runs, each a dict of config overrides."""
+  return [{'length': length, 'recurrent_init': init, 'spectral_radius': radius,
+           'activation': activation, 'clipping': clipping, 'clip_threshold': threshold,
+           'seed': seed}
+          for length, (init, radius, activation), (clipping, threshold), seed
+          in itertools.product((10, 25, 50, 100), INITS, CLIPPINGS, range(3))]

@@ -1,13 +1,25 @@
-"""Optimizer chains built from a config: clipping first, then the optimizer.
+"""Optimizer chains built from a config, and the measurements they record at every step.
 
-Clipping is an optax transformation in the chain (``optax.identity()`` when
-off); the norm is never written by hand. Global-norm clipping rescales the
-whole gradient, g <- g min(1, c / ||g||) (Pascanu et al. 2013, seed note 001);
-elementwise clipping clamps each entry to [-c, c] (seed note 001's code).
+A chain is ``clip -> optimizer -> measure_updates`` inside
+``optax.inject_hyperparams``, so ``opt_state.hyperparams`` holds the learning
+rate and the clip threshold as arrays: runs that differ only in these values
+share one ``update`` function, one compiled step and one vmapped group. No
+clipping is global-norm clipping at an infinite threshold.
+
+Global-norm clipping rescales the whole gradient, g <- g min(1, c / ||g||)
+(Pascanu et al. 2013, seed note 001); elementwise clipping clamps each entry
+to [-c, c] (seed note 001's code). The chain's own states record what it
+measured (``measurements``): the pre-clip global norm, whether clipping
+changed the gradient, and the global norm of the update that was applied.
+
+References:
+  Pascanu, Mikolov & Bengio (2013), "On the difficulty of training recurrent
+  neural networks", algorithm 1.
 """
 
 import functools
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -21,83 +33,138 @@ OPTIMIZERS = {
     'adamw': optax.adamw,
 }
 CLIPPINGS = ('none', 'global_norm', 'elementwise')
-ON_DIVERGENCE = ('stop', 'skip')
 
 
-def _check_clipping(clipping: str, threshold: float) -> None:
-  if clipping not in CLIPPINGS:
-    raise ValueError(f'clipping: expected one of {CLIPPINGS}, got {clipping!r}')
-  if clipping != 'none' and not threshold > 0:
-    raise ValueError(f'clip_threshold: expected a value > 0 for clipping={clipping!r}, '
-                     f'got {threshold!r}')
+def global_norm(tree) -> jax.Array:
+  """sqrt(sum of squares) over every leaf, without float32 overflow.
 
+  optax's ``tree.norm`` squares first: [3e19, 4e19] gives inf, so clipping
+  to a threshold then multiplies by c / inf = 0. Here the entries are divided
+  by the largest magnitude m first: ||g|| = m sqrt(sum (g / m)^2), which is
+  5e19 for that gradient.
 
-def clipping_transform(clipping: str, threshold) -> optax.GradientTransformation:
-  """``optax.identity``, ``optax.clip_by_global_norm`` or ``optax.clip``.
-
-  Raises:
-    ValueError: for an unknown ``clipping`` or a threshold <= 0 when clipping.
+  Returns:
+    ``<float32>[]``: inf if any entry is infinite, NaN if any is NaN, 0 for
+    an all-zero (or empty) tree.
   """
-  _check_clipping(clipping, threshold)
-  return _clip(clipping, threshold)
+  leaves = [jnp.asarray(leaf, jnp.float32) for leaf in jax.tree_util.tree_leaves(tree)]
+  if not leaves:
+    return jnp.zeros([], jnp.float32)
+  largest = jnp.max(jnp.stack([jnp.max(jnp.abs(leaf), initial=0.0) for leaf in leaves]))
+  scale = jnp.where((largest > 0) & jnp.isfinite(largest), largest, 1.0)
+  squares = sum(jnp.sum(jnp.square(leaf / scale)) for leaf in leaves)
+  return scale * jnp.sqrt(squares)
 
 
-def _clip(clipping, threshold):
-  if clipping == 'none':
-    return optax.identity()
-  if clipping == 'global_norm':
-    return optax.clip_by_global_norm(threshold)
-  return optax.clip(threshold)
+class ClipState(NamedTuple):
+  """What the clipping step saw at the last update."""
+  gradient_norm: jax.Array  # <float32>[]: pre-clip global norm (``global_norm``)
+  clipped: jax.Array  # <bool>[]: whether clipping changed the gradient
+
+
+class UpdateState(NamedTuple):
+  """The update that the chain produced at the last step."""
+  update_norm: jax.Array  # <float32>[]: global norm of the update (after the learning rate)
+
+
+def clip(family: str, threshold) -> optax.GradientTransformation:
+  """Global-norm or elementwise clipping that records ``ClipState``.
+
+  Args:
+    family: 'global_norm' (g <- g min(1, c / ||g||)) or 'elementwise'
+      (each entry clamped to [-c, c]).
+    threshold: c > 0, a float or an array (inf: never clips).
+
+  Returns:
+    an ``optax.GradientTransformation`` whose state is ``ClipState``.
+  """
+  def init(params):
+    del params
+    return ClipState(jnp.zeros([], jnp.float32), jnp.zeros([], bool))
+
+  def update(updates, state, params=None):
+    del state, params
+    norm = global_norm(updates)
+    if family == 'elementwise':
+      largest = jnp.max(jnp.stack([jnp.max(jnp.abs(g), initial=0.0)
+                                   for g in jax.tree_util.tree_leaves(updates)]))
+      clipped = largest > threshold
+      updates = jax.tree_util.tree_map(lambda g: jnp.clip(g, -threshold, threshold), updates)
+    else:
+      clipped = norm > threshold
+      factor = jnp.where(clipped, threshold / norm, 1.0)
+      updates = jax.tree_util.tree_map(lambda g: g * factor.astype(g.dtype), updates)
+    return updates, ClipState(norm, clipped)
+
+  return optax.GradientTransformation(init, update)
+
+
+def measure_updates() -> optax.GradientTransformation:
+  """The identity, recording the update's global norm in ``UpdateState``."""
+  def init(params):
+    del params
+    return UpdateState(jnp.zeros([], jnp.float32))
+
+  def update(updates, state, params=None):
+    del state, params
+    return updates, UpdateState(global_norm(updates))
+
+  return optax.GradientTransformation(init, update)
 
 
 @functools.lru_cache(maxsize=None)
-def _injected(name: str, clipping_family: str, on_divergence: str):
-  """One optax transformation per (optimizer, clipping family, divergence
-  policy), with learning rate and clip threshold as array hyperparameters
-  (``optax.inject_hyperparams``): every run that shares these three shares
-  its ``update`` function, so a jitted step compiles once for all of them.
-  No clipping is global-norm clipping at an infinite threshold."""
+def _injected(name: str, family: str):
+  """One chain per (optimizer, clipping family), learning rate and clip threshold
+  injected as array hyperparameters: every run that shares these two shares its
+  ``update`` function, so a jitted step compiles once for all of them."""
   def factory(learning_rate, clip_threshold):
-    chain = optax.chain(_clip(clipping_family, clip_threshold), OPTIMIZERS[name](learning_rate))
-    if on_divergence == 'skip':
-      return optax.apply_if_finite(chain, max_consecutive_errors=1_000_000)
-    return chain
+    return optax.chain(clip(family, clip_threshold), OPTIMIZERS[name](learning_rate),
+                       measure_updates())
   return optax.inject_hyperparams(factory)(learning_rate=1.0, clip_threshold=1.0)
 
 
-def make_optimizer(name: str, learning_rate: float, clipping: str = 'none',
-                   clip_threshold: float = 1.0, on_divergence: str = 'stop'
-                   ) -> optax.GradientTransformation:
-  """Clipping, then the optimizer, with the two numbers as hyperparameters.
+def check(name: str, learning_rate: float, clipping: str = 'none',
+          clip_threshold: float = 1.0) -> None:
+  """Raises ValueError naming the argument, as ``make_optimizer`` would."""
+  if name not in OPTIMIZERS:
+    raise ValueError(f'optimizer: expected one of {sorted(OPTIMIZERS)}, got {name!r}')
+  if isinstance(learning_rate, bool) or not (isinstance(learning_rate, (int, float)) and
+                                              0 < learning_rate < math.inf):
+    raise ValueError(f'learning_rate: expected a finite value > 0, got {learning_rate!r}')
+  if clipping not in CLIPPINGS:
+    raise ValueError(f'clipping: expected one of {CLIPPINGS}, got {clipping!r}')
+  if clipping != 'none' and not (isinstance(clip_threshold, (int, float)) and
+                                 0 < clip_threshold < math.inf):
+    raise ValueError(f'clip_threshold: expected a finite value > 0 for clipping={clipping!r}, '
+                     f'got {clip_threshold!r}')
 
-  The chain is ``optax.chain(clipping, optimizer)`` inside
-  ``optax.inject_hyperparams``: ``opt_state.hyperparams`` holds
-  ``learning_rate`` and ``clip_threshold`` (inf for no clipping) as arrays,
-  so runs that differ only in these values share one compiled step (and can
-  be vmapped together). With on_divergence='skip' the chain is wrapped in
-  ``optax.apply_if_finite``: a non-finite gradient skips the step.
+
+def family(clipping: str) -> str:
+  """The chain a clipping setting runs on: 'elementwise', else 'global_norm'."""
+  return 'elementwise' if clipping == 'elementwise' else 'global_norm'
+
+
+def make_optimizer(name: str, learning_rate: float, clipping: str = 'none',
+                   clip_threshold: float = 1.0) -> optax.GradientTransformation:
+  """Clipping, then the optimizer, then the update measurement; two numbers injected.
+
+  ``opt_state.hyperparams`` holds ``learning_rate`` and ``clip_threshold``
+  (inf for no clipping) as float32 arrays; ``measurements(opt_state)`` reads
+  what the last update saw.
 
   Args:
     name: 'sgd', 'adagrad' (accumulator from 0, eps 1e-8 inside the square
       root, as in seed note 001), 'adam' or 'adamw'.
-    learning_rate: > 0.
+    learning_rate: finite, > 0.
     clipping: 'none', 'global_norm' or 'elementwise'.
-    clip_threshold: c > 0 (ignored for 'none').
-    on_divergence: 'stop' (the loop stops) or 'skip' (skip the update).
+    clip_threshold: c, finite and > 0 (ignored for 'none').
 
   Raises:
-    ValueError: naming the argument, for unknown names or non-positive values.
+    ValueError: naming the argument, for unknown names or out-of-range values.
   """
-  if name not in OPTIMIZERS:
-    raise ValueError(f'optimizer: expected one of {sorted(OPTIMIZERS)}, got {name!r}')
-  if not 0 < learning_rate < math.inf:
-    raise ValueError(f'learning_rate: expected a finite value > 0, got {learning_rate!r}')
-  if on_divergence not in ON_DIVERGENCE:
-    raise ValueError(f'on_divergence: expected one of {ON_DIVERGENCE}, got {on_divergence!r}')
-  _check_clipping(clipping, clip_threshold)
-  family = 'elementwise' if clipping == 'elementwise' else 'global_norm'
+  check(name, learning_rate, clipping, clip_threshold)
+  base = _injected(name, family(clipping))
   threshold = math.inf if clipping == 'none' else clip_threshold
-  base = _injected(name, family, on_divergence)
 
   def init(params):
     return with_hyperparameters(base.init(params), learning_rate=learning_rate,
@@ -115,14 +182,13 @@ def with_hyperparameters(opt_state, **values):
   return opt_state._replace(hyperparams=hyperparams)
 
 
-def was_clipped(gradients, clipping: str, threshold) -> jax.Array:
-  """Whether clipping at ``threshold`` changes ``gradients`` (a bool scalar).
+def measurements(opt_state) -> dict:
+  """What the last update of a ``make_optimizer`` chain measured.
 
-  ``threshold`` may be an array (``opt_state.hyperparams['clip_threshold']``);
-  'elementwise' compares the largest |entry|, 'global_norm' and 'none' the
-  global norm (for 'none' the optimizer's threshold is inf: never clipped).
+  Returns:
+    ``{'grad_norm': <float32>[] pre-clip global norm, 'clipped': <bool>[],
+    'update_norm': <float32>[] global norm of the update}``.
   """
-  if clipping == 'elementwise':
-    leaves = jax.tree_util.tree_leaves(gradients)
-    return jnp.max(jnp.stack([jnp.max(jnp.abs(g)) for g in leaves])) > threshold
-  return optax.tree.norm(gradients) > threshold
+  clip_state, _, update_state = opt_state.inner_state
+  return {'grad_norm': clip_state.gradient_norm, 'clipped': clip_state.clipped,
+          'update_norm': update_state.update_norm}

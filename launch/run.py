@@ -1,0 +1,280 @@
+"""Runs one experiment run, or one vmapped group of runs, through the run harness.
+
+  python -m launch.run --config=experiments/configs/char_lm.py --workdir=results/char_lm \
+      [--config.spectral_radius=1.1 ...] [--overwrite]
+
+The config file's ``get_config()`` names its experiment (``config.experiment``,
+the module ``experiments.<name>``); any field can be overridden with
+``--config.NAME=VALUE``. Rerunning the same command resumes the run from its
+latest checkpoint, or, if it ended, prints its summary and trains nothing; a
+config that differs from the folder's config.json is refused (one line naming
+the differing fields) unless ``--overwrite``, which clears the folder first.
+SIGTERM (and SIGUSR2, Slurm's time-limit warning) checkpoints the run at the
+current step before it exits. ``--group=FILE`` (what ``launch.sweep`` passes)
+trains the runs listed in a JSON file, ``[{"workdir": ..., "overrides":
+{field: value}}, ...]``, as one vmapped program.
+
+Exit status: 0 when the runs finished or diverged (a diverged run is a
+result); 1 with one line on stderr for a bad config, a folder of another
+run or in use, or missing data; 143 when stopped by a signal (checkpointed).
+"""
+
+import copy
+import difflib
+import importlib
+import importlib.util
+import json
+import logging as python_logging
+import math
+import os
+import pathlib
+import re
+import signal
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+import jax
+from ml_collections import config_flags
+
+FLAGS = flags.FLAGS
+DEFAULT_CONFIG = 'experiments/configs/char_lm.py'
+COMPILATION_CACHE_VARIABLE = 'RNNJAX_COMPILATION_CACHE'
+
+
+def define_flags():
+  """Defines the command-line flags (only when run as a program, so the module imports cleanly)."""
+  config_flags.DEFINE_config_file(
+      'config', DEFAULT_CONFIG, 'Config file with get_config() (and get_sweep() for sweeps); '
+      'override any field with --config.NAME=VALUE.', lock_config=True)
+  flags.DEFINE_string('workdir', None, 'The run folder: config.json, metrics.jsonl, '
+                      'tensorboard/, checkpoint/, summary.json, timing.json.')
+  flags.DEFINE_string('group', None, 'Instead of --workdir: a JSON file listing the runs of one '
+                      'vmapped group, [{"workdir": ..., "overrides": {field: value}}, ...].')
+  flags.DEFINE_bool('overwrite', False, 'Clear the run folder (checkpoint included) and start '
+                    'afresh, instead of resuming or refusing a folder of another config.')
+
+
+class ConfigError(Exception):
+  """A configuration or data error: one line for the user, no traceback."""
+
+
+def experiment_module(config):
+  """The module ``experiments.<config.experiment>``.
+
+  Raises:
+    ConfigError: for a config without a known experiment.
+  """
+  name = config.get('experiment')
+  if not (isinstance(name, str) and name.isidentifier() and
+          importlib.util.find_spec(f'experiments.{name}')):
+    raise ConfigError(f'config.experiment: expected the name of a module in experiments/, '
+                      f'got {name!r}')
+  return importlib.import_module(f'experiments.{name}')
+
+
+def load_config_file(path: str):
+  """The module of a config file (its ``get_config``, and ``get_sweep`` if any).
+
+  Raises:
+    ConfigError: for a missing file or one without ``get_config``.
+  """
+  spec = importlib.util.spec_from_file_location(pathlib.Path(path).stem, path)
+  if spec is None or not pathlib.Path(path).is_file():
+    raise ConfigError(f'config: no config file at {path!r}')
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  if not hasattr(module, 'get_config'):
+    raise ConfigError(f'config: {path} defines no get_config()')
+  return module
+
+
+def enable_compilation_cache() -> str:
+  """Turns on JAX's persistent compilation cache in ``$RNNJAX_COMPILATION_CACHE``
+  (default ``~/.cache/rnnjax/xla``; empty: off), so a relaunched run or sweep
+  compiles nothing it compiled before on this machine. Returns the folder."""
+  folder = os.environ.get(COMPILATION_CACHE_VARIABLE,
+                          str(pathlib.Path.home() / '.cache' / 'rnnjax' / 'xla'))
+  if folder:
+    jax.config.update('jax_compilation_cache_dir', folder)
+    jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
+    jax.config.update('jax_persistent_cache_min_entry_size_bytes', 0)
+  return folder
+
+
+def quiet_logs() -> None:
+  """Hides log lines a CPU user should not see: JAX's search for a TPU, orbax's chatter."""
+  python_logging.getLogger('jax._src.xla_bridge').setLevel(python_logging.WARNING)
+  logging.get_absl_handler().addFilter(lambda record: 'orbax' not in record.pathname)
+
+
+def group_runs(config, entries):
+  """The (configs, folders) of a group: ``entries`` is a list of ``{"workdir": ...,
+  "overrides": {field: value}}``, each applied to ``config``.
+
+  Raises:
+    ConfigError: for an override of a field the config lacks.
+  """
+  configs, folders = [], []
+  for entry in entries:
+    run_config = copy.deepcopy(config)
+    run_config.lock()  # a field the config lacks is an error, not a new field
+    try:
+      run_config.update_from_flattened_dict(entry['overrides'])
+    except (KeyError, AttributeError, TypeError) as error:
+      raise ConfigError(f'--group: {entry["workdir"]}: {error}') from None
+    configs.append(run_config)
+    folders.append(pathlib.Path(entry['workdir']))
+  return configs, folders
+
+
+def read_group_file(path: pathlib.Path) -> list:
+  """The entries of a group file (``group_runs``).
+
+  Raises:
+    ConfigError: for an unreadable file.
+  """
+  try:
+    return json.loads(pathlib.Path(path).read_text())
+  except (OSError, json.JSONDecodeError) as error:
+    raise ConfigError(f'--group: cannot read {path}: {error}') from None
+
+
+def provenance() -> dict:
+  """Where and when a run was measured: the git commit of the checkout (with
+  '+changes' when it has uncommitted changes), the date and the host."""
+  import datetime
+  import socket
+  import subprocess
+  root = pathlib.Path(__file__).resolve().parent.parent
+  try:
+    commit = subprocess.run(['git', 'rev-parse', '--short=12', 'HEAD'], cwd=root, text=True,
+                            capture_output=True, check=True).stdout.strip()
+    changed = subprocess.run(['git', 'status', '--porcelain', '--untracked-files=no'], cwd=root,
+                             text=True, capture_output=True, check=True).stdout.strip()
+    commit += '+changes' if changed else ''
+  except (OSError, subprocess.CalledProcessError):
+    commit = 'unknown'
+  return {'commit': commit, 'date': datetime.date.today().isoformat(),
+          'host': socket.gethostname()}
+
+
+def config_fields_help(path: str) -> str:
+  """The fields of a config file's ``get_config()``, with their defaults and the
+  comments beside them in the file."""
+  try:
+    config = load_config_file(path).get_config()
+  except Exception as error:  # any error of the user's file: show it in the help
+    return f'(cannot load {path}: {error})'
+  comments = {}
+  for line in pathlib.Path(path).read_text().splitlines():
+    match = re.match(r'\s*config\.(\w+)\s*=.*?#\s*(.*)$', line)
+    if match:
+      comments[match.group(1)] = match.group(2)
+  lines = [f'Fields of {path} (override with --config.NAME=VALUE):']
+  for name, value in config.items():
+    lines.append(f'  {name} = {value!r}' + (f'  # {comments[name]}' if name in comments else ''))
+  return '\n'.join(lines)
+
+
+def unknown_field(config_path: str, argv) -> None:
+  """Exits with one line for a ``--config.NAME=`` whose NAME the config lacks,
+  naming the closest field."""
+  try:
+    fields = list(load_config_file(config_path).get_config().keys())
+  except Exception:  # a broken config file: absl's parser reports it
+    return
+  for arg in argv[1:]:
+    match = re.match(r'--config\.([A-Za-z_]\w*)', arg)
+    if match and match.group(1) not in fields:
+      close = difflib.get_close_matches(match.group(1), fields, n=1)
+      hint = f'; did you mean {close[0]}?' if close else f'; the fields are {fields}'
+      print(f'error: --config.{match.group(1)}: {config_path} has no field '
+            f'{match.group(1)!r}{hint}', file=sys.stderr)
+      sys.exit(1)
+
+
+def parse_flags(argv):
+  """absl's flag parsing, with --help on stdout (exit 0, the config's fields listed)
+  and a flag error as one line on stderr (exit 1)."""
+  if any(arg in ('--help', '-h', '--helpshort', '-?') for arg in argv[1:]):
+    config = next((arg.split('=', 1)[1] for arg in argv if arg.startswith('--config=')),
+                  DEFAULT_CONFIG)
+    print(__doc__)
+    print(FLAGS.main_module_help())
+    print()
+    print(config_fields_help(config))
+    sys.exit(0)
+  config_path = next((arg.split('=', 1)[1] for arg in argv if arg.startswith('--config=')),
+                     DEFAULT_CONFIG)
+  unknown_field(config_path, argv)
+  try:
+    return FLAGS(argv)
+  except (flags.Error, KeyError, AttributeError, TypeError, ValueError) as error:
+    message = ' '.join(str(error).replace('\\n', ' ').split())
+    print(f'error: {message}', file=sys.stderr)
+    sys.exit(1)
+
+
+_STOP = []  # the signal that asked the run to stop, if any
+
+
+def _request_stop(signum, frame):
+  del frame
+  _STOP.append(signum)
+
+
+def stop_requested() -> bool:
+  return bool(_STOP)
+
+
+def describe(experiment, folder: pathlib.Path, summary: dict) -> str:
+  """Lines that tell a user how a run ended: its status and the experiment's report."""
+  lines = [f'{folder}: {summary.get("status")} after {summary.get("steps_done")} steps' +
+           (f' (diverged at step {summary["diverged_step"]})' if summary.get('diverged_step')
+            else '')]
+  for name in experiment.REPORT:
+    value = summary.get(name, math.nan)
+    lines.append(f'  {name}: {value:.4g}' if isinstance(value, float) else f'  {name}: {value}')
+  lines += [f'  {name}: {value}' for name, value in summary.items()
+            if name.startswith('sample_')]
+  return '\n'.join(lines)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  from rnnjax.data import corpora
+  from rnnjax.train import harness
+  from rnnjax.train import run_folder
+  from rnnjax.train import trainer
+
+  quiet_logs()
+  enable_compilation_cache()
+  for signum in (signal.SIGTERM, signal.SIGUSR2):
+    signal.signal(signum, _request_stop)
+  try:
+    if bool(FLAGS.workdir) == bool(FLAGS.group):
+      raise ConfigError('expected exactly one of --workdir (one run) and --group (a group file)')
+    experiment = experiment_module(FLAGS.config)
+    if FLAGS.group:
+      configs, folders = group_runs(FLAGS.config, read_group_file(pathlib.Path(FLAGS.group)))
+    else:
+      configs, folders = [FLAGS.config], [pathlib.Path(FLAGS.workdir)]
+    summaries = harness.run_group(experiment, configs, folders, FLAGS.overwrite, stop_requested,
+                                  provenance())
+  except (ConfigError, ValueError, run_folder.ConfigMismatch, run_folder.FolderInUse,
+          corpora.CorpusError) as error:
+    print(f'error: {error}', file=sys.stderr)
+    sys.exit(1)
+  except trainer.Interrupted as error:
+    print(f'interrupted: {error}; run the same command again to resume', file=sys.stderr)
+    sys.exit(128 + _STOP[0])
+  for folder, summary in zip(folders, summaries):
+    print(describe(experiment, folder, summary))
+
+
+if __name__ == '__main__':
+  define_flags()
+  app.run(main, flags_parser=parse_flags)

@@ -1,0 +1,114 @@
+"""The run harness: one run (or a vmapped group of runs) of any experiment, start to end.
+
+An experiment is a module with
+
+  VMAPPABLE       its config fields that change no program (e.g. spectral_radius)
+  REPORT          the summary fields its sweeps tabulate
+  check_config(config)   raises ValueError naming ``config.<field>``
+  task(config) -> trainer.Task   its data, model, loss and report; loads and
+                  checks the data (the config is the group's first)
+
+and everything else (the loop, the run folder, checkpoints, metrics,
+TensorBoard, summary.json) is here. The order is the rule of the run
+folder: check every config, then each folder's state (read-only), then the
+data, and only then lock and write.
+"""
+
+import json
+import time
+
+from absl import logging
+import jax
+
+from rnnjax.train import run_folder
+from rnnjax.train import trainer
+
+
+def config_dict(config) -> dict:
+  """The config as config.json holds it (JSON types: tuples become lists)."""
+  return json.loads(config.to_json_best_effort())
+
+
+def check(experiment, configs) -> None:
+  """Checks every config of a group and that they can share one program.
+
+  Raises:
+    ValueError: naming the field, from the trainer's and the experiment's
+      checks, or for runs that differ in a field that is not vmappable.
+  """
+  for config in configs:
+    trainer.check_config(config)
+    experiment.check_config(config)
+  keys = {trainer.group_key(c, experiment.VMAPPABLE) for c in configs}
+  if len(keys) > 1:
+    fields = sorted({k for key in keys for k, _ in key} - set(experiment.VMAPPABLE))
+    raise ValueError(f'configs: runs of one group may differ only in '
+                     f'{sorted(set(trainer.VMAPPABLE) | set(experiment.VMAPPABLE))} '
+                     f'(clipping none / global_norm); these do not share {fields}')
+
+
+def run_group(experiment, configs, folders, overwrite: bool = False, stop_requested=None,
+              provenance: dict | None = None) -> list[dict]:
+  """Trains (or resumes) the runs of a group and writes their summaries.
+
+  Args:
+    experiment: the experiment module (see the module docstring).
+    configs: R ``ml_collections.ConfigDict`` configs.
+    folders: R ``pathlib.Path`` run folders.
+    overwrite: clear each folder first (its checkpoint included).
+    stop_requested: passed to ``trainer.train``.
+    provenance: what timing.json records of where the run was measured (commit,
+      date, host).
+
+  Returns:
+    R summaries: the trainer's record and the task's report; for a run that
+    had ended already, its summary.json as it is.
+
+  Raises:
+    ValueError: a bad config, before any folder is touched.
+    run_folder.ConfigMismatch: a folder holds a run of another config
+      (nothing is written).
+    run_folder.FolderInUse: another process trains one of the runs.
+    trainer.Interrupted: stopped on request (checkpointed).
+    corpora.CorpusError and other errors of the experiment's data.
+  """
+  check(experiment, configs)
+  dicts = [config_dict(c) for c in configs]
+  statuses = [run_folder.status(f, d, overwrite) for f, d in zip(folders, dicts)]
+  summaries = [run_folder.read_json(f / run_folder.SUMMARY) if s == 'ended' else None
+               for f, s in zip(folders, statuses)]
+  todo = [i for i, s in enumerate(statuses) if s != 'ended']
+  if not todo:
+    return summaries
+  started = time.perf_counter()
+  task = experiment.task(configs[todo[0]])
+  task_seconds = time.perf_counter() - started
+  writer = jax.process_index() == 0
+  locks = [run_folder.lock(folders[i]) for i in todo] if writer else []
+  try:
+    if writer:
+      for i in todo:
+        run_folder.start(folders[i], dicts[i], overwrite)
+        for name, data in task.artifacts.items():
+          run_folder.write_bytes(folders[i] / name, data)
+    params, records, timer = trainer.train(task, [configs[i] for i in todo],
+                                           [folders[i] for i in todo], writer, stop_requested)
+    timer.seconds['task'] = task_seconds
+    for i, run_params, record in zip(todo, params, records):
+      begun = time.perf_counter()
+      report = task.report(configs[i], run_params) if task.report else {}
+      summary = dict(record, **report)
+      seconds = dict(timer.seconds, report=time.perf_counter() - begun)
+      seconds['total'] = sum(seconds.values())
+      if writer:
+        run_folder.write_json(folders[i] / run_folder.TIMING, dict(
+            provenance or {}, group_size=len(todo),
+            seconds={k: round(v, 3) for k, v in seconds.items()}))
+        run_folder.write_json(folders[i] / run_folder.SUMMARY, summary)
+      summaries[i] = summary
+      logging.info('%s: %s; seconds %s', folders[i], summary['status'],
+                   ', '.join(f'{k} {v:.1f}' for k, v in seconds.items()))
+  finally:
+    for handle in locks:
+      handle.close()
+  return summaries

@@ -1,0 +1,304 @@
+"""The run folder: the one place that reads and writes a run's files.
+
+A run folder holds
+
+  config.json     the run's full config (written first, atomically)
+  metrics.jsonl   one JSON line per logged step (step 1, every log_every, the last)
+  tensorboard/    TensorBoard event files of the same metrics
+  checkpoint/     orbax checkpoints of the whole training state (the last two kept)
+  summary.json    written last, atomically: its presence means the run ended
+  timing.json     where the run's wall-clock time went (not a result: it differs
+                  between two identical runs, so results files hold no time)
+  .lock           held (flock) by the process that trains the run; names it
+
+Rules (the run harness follows them in this order): the config and every input
+are checked before anything here is touched; a folder whose config.json
+differs from the run's config is refused with the differing keys named, unless
+asked to overwrite, which clears the whole folder; a folder with the same
+config resumes from its latest readable checkpoint, and a finished one is
+reported, not trained again. Every file is written through a temporary file
+and a rename, so a kill leaves either the old or the new file, never half of
+one; metrics.jsonl, appended line by line, is cut back to the restored step
+on resume.
+"""
+
+import fcntl
+import json
+import os
+import pathlib
+import shutil
+import socket
+
+from absl import logging
+import orbax.checkpoint as ocp
+
+CONFIG = 'config.json'
+METRICS = 'metrics.jsonl'
+SUMMARY = 'summary.json'
+TIMING = 'timing.json'
+CHECKPOINTS = 'checkpoint'
+TENSORBOARD = 'tensorboard'
+LOCK = '.lock'
+LOG = 'log.txt'  # the launcher's log of the process; kept by an overwrite
+ENDED = ('finished', 'diverged')
+
+
+class ConfigMismatch(ValueError):
+  """The folder holds a run of another config."""
+
+
+class FolderInUse(RuntimeError):
+  """Another process holds the folder's lock."""
+
+
+def write_json(path: pathlib.Path, record) -> None:
+  """Writes ``record`` as indented JSON through a temporary file, fsync and a rename
+  (NaN and inf are written as NaN and Infinity).
+
+  Raises:
+    OSError: when the disk is full or the folder is not writable; the old
+      file, if any, is left as it was.
+  """
+  path = pathlib.Path(path)
+  partial = path.with_name(f'.{path.name}.{os.getpid()}.part')
+  try:
+    with open(partial, 'w') as f:
+      f.write(json.dumps(record, indent=2, allow_nan=True) + '\n')
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(partial, path)
+  finally:
+    partial.unlink(missing_ok=True)
+
+
+def write_bytes(path: pathlib.Path, data: bytes) -> None:
+  """Writes ``data`` through a temporary file and a rename (as ``write_json``)."""
+  path = pathlib.Path(path)
+  partial = path.with_name(f'.{path.name}.{os.getpid()}.part')
+  try:
+    partial.write_bytes(data)
+    os.replace(partial, path)
+  finally:
+    partial.unlink(missing_ok=True)
+
+
+def write_text(path: pathlib.Path, text: str) -> None:
+  """Writes ``text`` through a temporary file and a rename (as ``write_json``)."""
+  write_bytes(path, text.encode())
+
+
+def read_json(path: pathlib.Path):
+  """The JSON at ``path``, or None if it is missing or not valid JSON."""
+  try:
+    return json.loads(pathlib.Path(path).read_text())
+  except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError, UnicodeDecodeError):
+    return None
+
+
+def _flatten(record, prefix=''):
+  if isinstance(record, dict):
+    flat = {}
+    for key, value in record.items():
+      flat.update(_flatten(value, f'{prefix}{key}.'))
+    return flat
+  return {prefix[:-1]: record}
+
+
+def differing_keys(old: dict, new: dict) -> list[str]:
+  """The dotted keys whose values differ between two configs (or exist in one only)."""
+  old, new = _flatten(old), _flatten(new)
+  return sorted(k for k in old.keys() | new.keys() if old.get(k, ...) != new.get(k, ...))
+
+
+def status(folder: pathlib.Path, config: dict, overwrite: bool = False) -> str:
+  """What a run of ``config`` in ``folder`` would do, read-only.
+
+  Returns:
+    'new' (nothing of a run there, or ``overwrite``), 'resume' (a run of
+    this config that did not end) or 'ended' (summary.json says finished or
+    diverged).
+
+  Raises:
+    ConfigMismatch: the folder's config.json differs from ``config`` (the
+      message names the differing keys and says to pass --overwrite), or the
+      folder holds run files but no config.json.
+  """
+  folder = pathlib.Path(folder)
+  if overwrite:
+    return 'new'
+  saved = read_json(folder / CONFIG)
+  if saved is None:
+    leftovers = [name for name in (METRICS, SUMMARY, CHECKPOINTS, TENSORBOARD)
+                 if (folder / name).exists()]
+    if leftovers:
+      raise ConfigMismatch(f'{folder} holds {", ".join(leftovers)} but no readable {CONFIG}; '
+                           'pass --overwrite to clear it')
+    return 'new'
+  keys = differing_keys(saved, config)
+  if keys:
+    shown = ', '.join(f'{k} ({_flatten(saved).get(k, "absent")!r} -> '
+                      f'{_flatten(config).get(k, "absent")!r})' for k in keys[:8])
+    raise ConfigMismatch(f'{folder} holds a run of another config: {shown}'
+                         f'{" ..." if len(keys) > 8 else ""}; pass --overwrite to replace it')
+  summary = read_json(folder / SUMMARY)
+  if summary is not None and summary.get('status') in ENDED:
+    return 'ended'
+  return 'resume'
+
+
+def lock(folder: pathlib.Path):
+  """Takes the folder's lock for as long as the returned file stays open (or the
+  process lives: the kernel drops it at exit, SIGKILL included).
+
+  Returns:
+    the open lock file; close it to release.
+
+  Raises:
+    FolderInUse: another process holds it; the message names its pid and host.
+  """
+  folder = pathlib.Path(folder)
+  folder.mkdir(parents=True, exist_ok=True)
+  handle = open(folder / LOCK, 'a+')
+  try:
+    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except BlockingIOError:
+    handle.seek(0)
+    holder = handle.read().strip() or 'another process'
+    handle.close()
+    raise FolderInUse(f'{folder} is in use by {holder}; wait for it to end or stop it') from None
+  handle.seek(0)
+  handle.truncate()
+  handle.write(f'pid {os.getpid()} on host {socket.gethostname()}\n')
+  handle.flush()
+  return handle
+
+
+def clear(folder: pathlib.Path) -> None:
+  """Removes everything in a locked folder but its lock and the launcher's log.txt."""
+  for entry in pathlib.Path(folder).iterdir():
+    if entry.name in (LOCK, LOG):
+      continue
+    if entry.is_dir() and not entry.is_symlink():
+      shutil.rmtree(entry)
+    else:
+      entry.unlink()
+
+
+def start(folder: pathlib.Path, config: dict, overwrite: bool) -> None:
+  """Prepares a locked folder for training ``config``: with ``overwrite`` clears
+  everything in it (but its lock and the launcher's log.txt); a folder without
+  config.json loses any leftover run files; then writes config.json."""
+  folder = pathlib.Path(folder)
+  if overwrite or read_json(folder / CONFIG) is None:
+    clear(folder)
+  write_json(folder / CONFIG, config)
+
+
+def append_metrics(folder: pathlib.Path, line: dict) -> None:
+  """Appends one JSON line to metrics.jsonl and flushes it to the disk."""
+  with open(pathlib.Path(folder) / METRICS, 'a') as f:
+    f.write(json.dumps(line, allow_nan=True) + '\n')
+    f.flush()
+    os.fsync(f.fileno())
+
+
+def read_metrics(folder: pathlib.Path) -> list[dict]:
+  """The complete lines of metrics.jsonl (a line cut short by a kill is dropped)."""
+  path = pathlib.Path(folder) / METRICS
+  if not path.exists():
+    return []
+  lines = []
+  for text in path.read_text().splitlines():
+    try:
+      lines.append(json.loads(text))
+    except json.JSONDecodeError:
+      break
+  return lines
+
+
+def cut_metrics(folder: pathlib.Path, step: int) -> list[dict]:
+  """Rewrites metrics.jsonl (atomically) with the lines of steps <= ``step``; returns them."""
+  kept = [line for line in read_metrics(folder) if line['step'] <= step]
+  write_text(pathlib.Path(folder) / METRICS,
+             ''.join(json.dumps(line, allow_nan=True) + '\n' for line in kept))
+  return kept
+
+
+def checkpoints(folder: pathlib.Path) -> ocp.CheckpointManager:
+  """The folder's orbax checkpoint manager: synchronous saves (each finalised by an
+  atomic rename), the last two steps kept."""
+  return ocp.CheckpointManager(
+      (pathlib.Path(folder) / CHECKPOINTS).absolute(),
+      options=ocp.CheckpointManagerOptions(max_to_keep=2, enable_async_checkpointing=False))
+
+
+def saved_steps(folder: pathlib.Path) -> list[int]:
+  """The finalised checkpoint steps in a folder, oldest first, without opening orbax."""
+  root = pathlib.Path(folder) / CHECKPOINTS
+  if not root.is_dir():
+    return []
+  return sorted(int(p.name) for p in root.iterdir()
+                if p.name.isdigit() and (p / '_CHECKPOINT_METADATA').exists())
+
+
+def restore(manager: ocp.CheckpointManager, target, steps: list[int], folder) -> tuple:
+  """Restores the newest readable step of ``steps`` into ``target``'s structure.
+
+  A step that cannot be read (a truncated or missing file) is named in a
+  warning, deleted, and the next older step is tried.
+
+  Args:
+    manager: ``checkpoints(folder)``.
+    target: a pytree of ``jax.ShapeDtypeStruct`` (with shardings) giving the
+      structure to restore into (optimizer states included).
+    steps: the candidate steps, newest last.
+    folder: the run folder (for messages).
+
+  Returns:
+    ``(step, state)``, or ``(None, None)`` when no step could be read.
+  """
+  for step in reversed(steps):
+    try:
+      return step, manager.restore(step, args=ocp.args.StandardRestore(target))
+    except Exception as error:  # orbax raises many kinds for a damaged checkpoint
+      logging.warning('%s: checkpoint of step %d cannot be read (%s: %s); deleting it and '
+                      'trying an older one', folder, step, type(error).__name__,
+                      str(error).splitlines()[0][:200] if str(error) else '')
+      manager.delete(step)
+  return None, None
+
+
+def final_params(folder: pathlib.Path) -> tuple[dict, dict]:
+  """The config and the params of the latest checkpoint of an ended run (a diverged
+  run's are its last finite params).
+
+  Returns:
+    ``(config, params)``: config.json as a dict, and the params pytree (dicts
+    of arrays, as the experiment's model built them).
+
+  Raises:
+    FileNotFoundError: the folder holds no ended run (no summary.json saying
+      finished or diverged) or no checkpoint; the message says what to run.
+  """
+  folder = pathlib.Path(folder)
+  summary = read_json(folder / SUMMARY)
+  if summary is None or summary.get('status') not in ENDED:
+    raise FileNotFoundError(f'{folder} holds no ended run (no summary.json with status finished '
+                            f'or diverged); train one first with python -m launch.run '
+                            f'--config=... --workdir={folder}')
+  steps = saved_steps(folder)
+  if not steps:
+    raise FileNotFoundError(f'{folder} has no checkpoint; rerun it with --overwrite')
+  with ocp.CheckpointManager((folder / CHECKPOINTS).absolute()) as manager:
+    state = manager.restore(steps[-1])
+  return read_json(folder / CONFIG), state['params']
+
+
+def tensorboard(folder: pathlib.Path, purge_step: int | None):
+  """A TensorBoard writer (tensorboardX: event files, no TensorFlow needed) into
+  ``<folder>/tensorboard``; ``purge_step`` makes TensorBoard drop the events of
+  steps >= it written before a resume."""
+  from tensorboardX import SummaryWriter
+  return SummaryWriter(str(pathlib.Path(folder) / TENSORBOARD), purge_step=purge_step,
+                       flush_secs=10)
+

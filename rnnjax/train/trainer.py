@@ -1,0 +1,478 @@
+"""The training loop of every experiment: a group of runs stepped together.
+
+An experiment supplies a ``Task`` (its data, model and loss); the trainer owns
+the loop. Its state (``TrainState``) is params, optimizer state, recurrent
+carry, key and counters, each with a leading run axis: R runs that differ
+only in values that change no program (initial params, seed, learning rate,
+clip threshold) train as one ``jax.vmap``ped step on the same batches, and a
+single run is a group of one. The step of a run:
+
+  loss, carry' = task.loss(params, carry, batch, key_t)     key_t = fold_in(key, t)
+  params', opt_state' = optimizer step (clip -> optimizer -> measure)
+  finite = loss, the pre-clip gradient norm, params' and carry' all finite
+
+One divergence rule: a step that is not finite is never applied (params,
+optimizer state and carry stay as they were, so params are always the last
+finite ones); with ``on_divergence='skip'`` it is counted as skipped and
+training goes on, with 'stop' the run stops there (its lane of the vmapped
+step runs on, ignored) and the group ends when every run has stopped.
+
+The data of step t is ``task.batch(t)``, a function of t alone, so the data
+position of a resumed run is its step; with the carry and the key in the
+checkpoint, a run killed at any moment and rerun gives the same params,
+metrics.jsonl and summary.json, bit for bit, as a run never interrupted.
+
+Units: losses in nats; bits = nats / ln 2.
+"""
+
+import math
+import time
+from typing import Any, Callable, NamedTuple
+
+from absl import logging
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+
+from rnnjax import diagnostics
+from rnnjax import initializers
+from rnnjax.train import optimizers
+from rnnjax.train import run_folder
+
+ON_DIVERGENCE = ('stop', 'skip')
+# Config fields that change no program: runs that differ only in these (and in
+# clipping none / global_norm, one chain at an infinite threshold) share a group.
+# An experiment adds its own (the seed, where the data does not depend on it).
+VMAPPABLE = ('learning_rate', 'clip_threshold', 'clipping')
+
+
+class Task(NamedTuple):
+  """What an experiment gives the trainer: data, model and loss, nothing else.
+
+  ``batch`` must be a function of the step alone (deterministic), and every
+  run of a group reads the same batch; randomness of a run (dropout, data
+  drawn inside the loss) comes from its ``key``.
+  """
+  init: Callable  # init(config, key) -> params pytree of one run
+  loss: Callable  # loss(params, carry, batch, key) -> (<float32>[] nats, carry)
+  batch: Callable  # batch(step >= 1) -> pytree of numpy arrays
+  carry: Any = ()  # the initial carry of one run (truncated BPTT's state); () for none
+  probe: Callable | None = None  # probe(params, carry, batch) -> diagnostics.Probe
+  recurrent_weight: Callable | None = None  # recurrent_weight(params) -> <float32>[H, H]
+  report: Callable | None = None  # report(config, params) -> dict for summary.json (evaluation)
+  artifacts: dict = {}  # file name -> bytes the run folder keeps (e.g. a tokenizer's model)
+
+
+class Counters(NamedTuple):
+  """Per-run counters, each ``[R]``: over the whole run, and since the last logged step."""
+  stopped: jax.Array  # bool: stopped by a non-finite step (on_divergence='stop')
+  diverged_step: jax.Array  # int32: the step that stopped it (0: none)
+  steps_done: jax.Array  # int32: steps taken (skipped ones included)
+  skipped: jax.Array  # int32: updates skipped (on_divergence='skip')
+  clipped: jax.Array  # int32: steps whose gradient clipping changed
+  max_grad_norm: jax.Array  # float32: largest pre-clip global norm (NaN ignored)
+  interval_steps: jax.Array  # int32: steps taken since the last logged step
+  interval_finite: jax.Array  # int32: of which finite
+  interval_loss: jax.Array  # float32: summed loss of those finite steps (nats)
+  interval_clipped: jax.Array  # int32
+  interval_skipped: jax.Array  # int32
+  interval_max_grad_norm: jax.Array  # float32
+  last_grad_norm: jax.Array  # float32: pre-clip global norm at the last step
+  last_clipped: jax.Array  # bool
+  last_update_norm: jax.Array  # float32
+
+
+class TrainState(NamedTuple):
+  """Everything a group's training needs to continue; leaves have a leading run axis R."""
+  params: Any
+  opt_state: Any
+  carry: Any  # the recurrent carry after the last step
+  key: jax.Array  # <uint32>[R, 2]: key data of each run's training key
+  step: jax.Array  # <int32>[]: steps done (the same for every run of a group)
+  counters: Counters
+
+
+class Interrupted(Exception):
+  """Training stopped on request at a step; a checkpoint of that step was saved."""
+
+
+def check_config(config) -> None:
+  """Checks the fields every experiment's config has, before any work.
+
+  Raises:
+    ValueError: naming ``config.<field>``, with the expected and the given value.
+  """
+  for name, low in (('steps', 1), ('log_every', 1), ('checkpoint_every', 0), ('seed', 0)):
+    value = config[name]
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+      raise ValueError(f'config.{name}: expected an int >= {low}, got {value!r}')
+  if config.on_divergence not in ON_DIVERGENCE:
+    raise ValueError(f'config.on_divergence: expected one of {ON_DIVERGENCE}, got '
+                     f'{config.on_divergence!r}')
+  try:
+    optimizers.check(config.optimizer, config.learning_rate, config.clipping,
+                     config.clip_threshold)
+  except ValueError as error:
+    raise ValueError(f'config.{error}') from None
+
+
+def group_key(config, vmappable) -> tuple:
+  """Runs with equal keys can train in one group: every field but the vmappable
+  ones (``VMAPPABLE`` and the experiment's own), with clipping reduced to the
+  chain it runs on."""
+  fields = config.to_dict()
+  return tuple(sorted((k, repr(v)) for k, v in fields.items()
+                      if k not in VMAPPABLE and k not in vmappable)) + (
+      ('clipping_family', optimizers.family(config.clipping)),)
+
+
+def _stack(trees):
+  return jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *trees)
+
+
+def unstack(tree, count: int) -> list:
+  """The R pytrees of a pytree whose leaves have a leading run axis."""
+  return [jax.tree_util.tree_map(lambda leaf, i=i: leaf[i], tree) for i in range(count)]
+
+
+def _run(state: TrainState, i: int) -> TrainState:
+  """Run i of a group's state (the step is shared)."""
+  return jax.tree_util.tree_map(lambda leaf: leaf[i], state._replace(step=None))._replace(
+      step=state.step)
+
+
+def _group(states: list) -> TrainState:
+  """The group state of R single-run states at one step."""
+  return _stack([s._replace(step=None) for s in states])._replace(step=states[0].step)
+
+
+def _all_finite(tree) -> jax.Array:
+  leaves = jax.tree_util.tree_leaves(tree)
+  return jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in leaves])) if leaves else True
+
+
+def initial_state(task: Task, configs) -> TrainState:
+  """The state at step 0 of a group: each run's params from ``task.init`` with its
+  own config and seed, its optimizer from its config, the task's initial carry."""
+  params, opt_states, keys = [], [], []
+  for config in configs:
+    init_key, train_key = jax.random.split(jax.random.key(config.seed))
+    run_params = task.init(config, init_key)
+    optimizer = optimizers.make_optimizer(config.optimizer, config.learning_rate,
+                                          config.clipping, config.clip_threshold)
+    params.append(run_params)
+    opt_states.append(optimizer.init(run_params))
+    keys.append(jax.random.key_data(train_key))
+  runs = len(configs)
+  zeros = lambda dtype: jnp.zeros((runs,), dtype)
+  counters = Counters(
+      stopped=zeros(bool), diverged_step=zeros(jnp.int32), steps_done=zeros(jnp.int32),
+      skipped=zeros(jnp.int32), clipped=zeros(jnp.int32), max_grad_norm=zeros(jnp.float32),
+      interval_steps=zeros(jnp.int32), interval_finite=zeros(jnp.int32),
+      interval_loss=zeros(jnp.float32), interval_clipped=zeros(jnp.int32),
+      interval_skipped=zeros(jnp.int32), interval_max_grad_norm=zeros(jnp.float32),
+      last_grad_norm=zeros(jnp.float32), last_clipped=zeros(bool),
+      last_update_norm=zeros(jnp.float32))
+  carry = jax.tree_util.tree_map(lambda leaf: jnp.stack([jnp.asarray(leaf)] * runs), task.carry)
+  return TrainState(_stack(params), _stack(opt_states), carry, jnp.stack(keys),
+                    jnp.zeros([], jnp.int32), counters)
+
+
+def _reset_interval(counters: Counters) -> Counters:
+  return counters._replace(**{name: jnp.zeros_like(getattr(counters, name))
+                              for name in Counters._fields if name.startswith('interval_')})
+
+
+def step_function(task: Task, update, on_divergence: str):
+  """The jitted group step ``step(state, batch) -> state`` (the module docstring's rule).
+
+  ``update`` is the optimizer chain's update function, shared by the group's
+  runs (``optimizers.make_optimizer`` gives one per optimizer and clipping
+  family); each run's learning rate and threshold live in its opt_state.
+  """
+  def one_run(params, opt_state, carry, key_data, counters, batch, step):
+    key = jax.random.fold_in(jax.random.wrap_key_data(key_data), step)
+    (loss, new_carry), grads = jax.value_and_grad(task.loss, has_aux=True)(params, carry, batch,
+                                                                          key)
+    updates, new_opt_state = update(grads, opt_state, params)
+    new_params = optax.apply_updates(params, updates)
+    measured = optimizers.measurements(new_opt_state)
+    finite = (jnp.isfinite(loss) & jnp.isfinite(measured['grad_norm']) &
+              _all_finite(new_params) & _all_finite(new_carry))
+    active = ~counters.stopped
+    apply = finite & active
+    keep = lambda new, old: jax.tree_util.tree_map(lambda n, o: jnp.where(apply, n, o), new, old)
+    stops = active & ~finite & (on_divergence == 'stop')
+    taken = active & ~stops  # this step counts as taken (applied or skipped)
+    skipped = taken & ~finite
+    clipped = taken & finite & measured['clipped']
+    norm = jnp.where(taken & ~jnp.isnan(measured['grad_norm']), measured['grad_norm'], 0.0)
+    counters = counters._replace(
+        stopped=counters.stopped | stops,
+        diverged_step=jnp.where(stops, step, counters.diverged_step),
+        steps_done=counters.steps_done + taken,
+        skipped=counters.skipped + skipped,
+        clipped=counters.clipped + clipped,
+        max_grad_norm=jnp.maximum(counters.max_grad_norm, norm),
+        interval_steps=counters.interval_steps + taken,
+        interval_finite=counters.interval_finite + (taken & finite),
+        interval_loss=counters.interval_loss + jnp.where(taken & finite, loss, 0.0),
+        interval_clipped=counters.interval_clipped + clipped,
+        interval_skipped=counters.interval_skipped + skipped,
+        interval_max_grad_norm=jnp.maximum(counters.interval_max_grad_norm, norm),
+        last_grad_norm=jnp.where(taken, measured['grad_norm'], counters.last_grad_norm),
+        last_clipped=jnp.where(taken, measured['clipped'], counters.last_clipped),
+        last_update_norm=jnp.where(taken, measured['update_norm'], counters.last_update_norm))
+    return (keep(new_params, params), keep(new_opt_state, opt_state), keep(new_carry, carry),
+            counters)
+
+  group = jax.vmap(one_run, in_axes=(0, 0, 0, 0, 0, None, None))
+
+  def step(state: TrainState, batch) -> TrainState:
+    number = state.step + 1
+    params, opt_state, carry, counters = group(state.params, state.opt_state, state.carry,
+                                               state.key, state.counters, batch, number)
+    return TrainState(params, opt_state, carry, state.key, number, counters)
+
+  return jax.jit(step, donate_argnums=0)
+
+
+def diagnostics_function(task: Task):
+  """The jitted ``measure(state, batch) -> (spectral radius <float32>[R], profile
+  <float32>[R, len(PROFILE_DISTANCES)])`` on the params and carry a step starts
+  from (NaN where the task measures nothing, or a distance does not fit the
+  probe's T)."""
+  distances = diagnostics.PROFILE_DISTANCES
+
+  def one_run(params, carry, batch):
+    radius = (initializers.spectral_radius(task.recurrent_weight(params))
+              if task.recurrent_weight else jnp.float32(jnp.nan))
+    if task.probe is None:
+      return radius, jnp.full((len(distances),), jnp.nan, jnp.float32)
+    probe = task.probe(params, carry, batch)
+    fitting = diagnostics.profile_distances(probe.inputs.shape[1], distances)
+    ratios = diagnostics.profile(probe, fitting)
+    padding = jnp.full((len(distances) - len(fitting),), jnp.nan, jnp.float32)
+    return radius, jnp.concatenate([ratios.astype(jnp.float32), padding])
+
+  group = jax.vmap(one_run, in_axes=(0, 0, None))
+  return jax.jit(lambda state, batch: group(state.params, state.carry, batch))
+
+
+def _line(step: int, counters, i: int, radius, profile) -> dict:
+  """The metrics line of run i at a logged step (host values)."""
+  finite = int(counters.interval_finite[i])
+  loss = float(counters.interval_loss[i]) / finite if finite else math.nan
+  steps = max(int(counters.interval_steps[i]), 1)
+  return {
+      'step': step,
+      'loss': loss,
+      'bits': loss / math.log(2),
+      'grad_norm': float(counters.last_grad_norm[i]),
+      'max_grad_norm': float(counters.interval_max_grad_norm[i]),
+      'clipped': bool(counters.last_clipped[i]),
+      'clipped_fraction': int(counters.interval_clipped[i]) / steps,
+      'update_norm': float(counters.last_update_norm[i]),
+      'skipped': int(counters.interval_skipped[i]),
+      'spectral_radius': float(radius[i]),
+      'profile': {str(k): float(v) for k, v in zip(diagnostics.PROFILE_DISTANCES, profile[i])
+                  if not math.isnan(v)},
+  }
+
+
+def _tensorboard(writer, line: dict) -> None:
+  step = line['step']
+  for name in ('loss', 'bits', 'grad_norm', 'max_grad_norm', 'clipped_fraction', 'update_norm',
+               'skipped', 'spectral_radius'):
+    if math.isfinite(line[name]):
+      writer.add_scalar(f'train/{name}', line[name], step)
+  for k, ratio in line['profile'].items():
+    writer.add_scalar(f'profile/k{k}', ratio, step)
+  writer.flush()
+
+
+class Timer:
+  """Seconds spent per named phase (``timing.json``)."""
+
+  def __init__(self):
+    self.seconds = {}
+
+  def add(self, name: str, started: float) -> float:
+    now = time.perf_counter()
+    self.seconds[name] = self.seconds.get(name, 0.0) + now - started
+    return now
+
+
+def _compiled(cache: dict, function, timer: Timer, *args):
+  """``function`` compiled for the shapes of ``args`` (once per shape), the
+  compilation timed."""
+  signature = jax.tree_util.tree_map(lambda x: (np.shape(x), str(x.dtype) if hasattr(x, "dtype") else type(x).__name__), args)
+  signature = (function, jax.tree_util.tree_structure(args),
+               tuple(jax.tree_util.tree_leaves(signature)))
+  if signature not in cache:
+    started = time.perf_counter()
+    cache[signature] = function.lower(*args).compile()
+    timer.add('compile', started)
+  return cache[signature]
+
+
+def _restore(state: TrainState, folders, managers):
+  """Resumes the group from the newest step that every run's folder can restore.
+
+  Returns:
+    ``(state, step)``; step 0 (and ``state`` as given) when there is none.
+  """
+  targets = [jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
+                                    _run(state, i)) for i in range(len(folders))]
+  common = set.intersection(*(set(run_folder.saved_steps(f)) for f in folders))
+  for step in sorted(common, reverse=True):
+    restored = []
+    for folder, manager, target in zip(folders, managers, targets):
+      got, value = run_folder.restore(manager, target, [step], folder)
+      if got is None:
+        break
+      restored.append(value)
+    if len(restored) == len(folders):
+      return _group(restored), step
+  return state, 0
+
+
+def train(task: Task, configs, folders=None, writer: bool = True,
+          stop_requested: Callable[[], bool] | None = None):
+  """Trains a group of runs to ``config.steps``, resuming from their checkpoints.
+
+  Every logged step (1, each ``log_every``, the last) appends to each run's
+  metrics.jsonl and TensorBoard events: loss (nats, mean of the finite steps
+  since the last line), bits, grad_norm (pre-clip global norm at this step),
+  max_grad_norm, clipped (this step), clipped_fraction, update_norm, skipped
+  (updates skipped since the last line), spectral_radius of the recurrent
+  weight and the gradient-norm profile {k: ||dL/dh_{T-k}|| / ||dL/dh_T||}, the
+  last two measured on the params and carry the step started from (step 1:
+  at initialization). A run that stopped gets no more lines. Checkpoints of
+  each run's whole state are saved every ``checkpoint_every`` steps and at
+  the end (orbax, atomic).
+
+  Args:
+    task: the experiment's ``Task``.
+    configs: R configs that share one ``group_key`` (the first gives steps,
+      log_every, checkpoint_every, on_divergence and the optimizer chain).
+    folders: R run folders, locked and prepared (``run_folder.start``); None:
+      nothing is read or written (no resume, no checkpoint).
+    writer: whether this process writes metrics and TensorBoard (process 0).
+    stop_requested: called after every step; when it returns True the
+      state is checkpointed and ``Interrupted`` is raised.
+
+  Returns:
+    ``(params, records, timer)``: R final params (the last finite ones), R
+    dicts (status 'finished' or 'diverged', steps_done, diverged_step,
+    skipped_steps, clipped_fraction, max_grad_norm, final_train_loss (nats,
+    of the last line) and final_train_bits, final_spectral_radius, first_profile, last_profile)
+    and the ``Timer``.
+
+  Raises:
+    Interrupted: when ``stop_requested`` said so (after checkpointing).
+  """
+  timer = Timer()
+  first, runs = configs[0], len(configs)
+  started = time.perf_counter()
+  state = initial_state(task, configs)
+  update = optimizers.make_optimizer(first.optimizer, first.learning_rate, first.clipping,
+                                     first.clip_threshold).update
+  step_fn = step_function(task, update, first.on_divergence)
+  measure_fn = diagnostics_function(task)
+  managers, boards, lines, resumed = [], [], [[] for _ in range(runs)], 0
+  if folders is not None:
+    managers = [run_folder.checkpoints(folder) for folder in folders]
+    state, resumed = _restore(state, folders, managers)
+    if writer:
+      lines = [run_folder.cut_metrics(folder, resumed) for folder in folders]
+      boards = [run_folder.tensorboard(folder, resumed + 1 if resumed else None)
+                for folder in folders]
+  if resumed:
+    logging.info('resumed %d run(s) from the checkpoint of step %d', runs, resumed)
+  writer = writer and folders is not None
+  started = timer.add('setup', started)
+  compiled = {}
+
+  def save(state, step):
+    begun = time.perf_counter()
+    for i, manager in enumerate(managers):
+      if step not in manager.all_steps():
+        manager.save(step, args=ocp.args.StandardSave(_run(state, i)))
+    timer.add('checkpoint', begun)
+
+  def log(state, step, radius, profile):
+    counters = jax.device_get(state.counters)
+    for i in range(runs):
+      if counters.stopped[i]:  # stopped in this interval or before: no more lines
+        continue
+      line = _line(step, counters, i, radius, profile)
+      lines[i].append(line)
+      if writer:
+        run_folder.append_metrics(folders[i], line)
+        _tensorboard(boards[i], line)
+      logging.info('%sstep %d/%d  loss %.4f nats (%.3f bits)  grad norm %.3g%s',
+                   f'run {i}: ' if runs > 1 else '', step, first.steps, line['loss'],
+                   line['bits'], line['grad_norm'],
+                   f'  skipped {line["skipped"]}' if line['skipped'] else '')
+    return state._replace(counters=_reset_interval(state.counters))
+
+  step = resumed
+  while step < first.steps:
+    step += 1
+    batch = task.batch(step)
+    logged = step == 1 or step % first.log_every == 0 or step == first.steps
+    started = timer.add('train_steps', started)
+    step_executable = _compiled(compiled, step_fn, timer, state, batch)
+    measure_executable = _compiled(compiled, measure_fn, timer, state, batch) if logged else None
+    started = time.perf_counter()
+    if logged:  # measured on the params and carry this step starts from
+      jax.block_until_ready(state)
+      started = timer.add('train_steps', started)
+      radius, profile = jax.device_get(measure_executable(state, batch))
+      started = timer.add('metrics', started)
+    state = step_executable(state, batch)
+    if logged:
+      jax.block_until_ready(state)
+      started = timer.add('train_steps', started)
+      state = log(state, step, radius, profile)
+      started = timer.add('metrics', started)
+    stopped = logged and bool(jnp.all(state.counters.stopped))
+    if step == first.steps or stopped or (first.checkpoint_every and
+                                          step % first.checkpoint_every == 0):
+      started = timer.add('train_steps', started)
+      save(state, step)
+      started = time.perf_counter()
+    if stopped:
+      break
+    if stop_requested is not None and stop_requested():
+      save(state, step)
+      raise Interrupted(f'stopped on request after step {step}; a checkpoint of it was saved')
+  jax.block_until_ready(state)
+  timer.add('train_steps', started)
+  for manager in managers:
+    manager.wait_until_finished()
+    manager.close()
+  for board in boards:
+    board.close()
+
+  counters = jax.device_get(state.counters)
+  records = []
+  for i in range(runs):
+    run_lines = lines[i]
+    records.append({
+        'status': 'diverged' if counters.stopped[i] else 'finished',
+        'steps_done': int(counters.steps_done[i]),
+        'diverged_step': int(counters.diverged_step[i]) or None,
+        'skipped_steps': int(counters.skipped[i]),
+        'clipped_fraction': int(counters.clipped[i]) / max(int(counters.steps_done[i]), 1),
+        'max_grad_norm': float(counters.max_grad_norm[i]),
+        'final_train_loss': run_lines[-1]['loss'] if run_lines else math.nan,
+        'final_train_bits': run_lines[-1]['bits'] if run_lines else math.nan,
+        'final_spectral_radius': run_lines[-1]['spectral_radius'] if run_lines else math.nan,
+        'first_profile': run_lines[0]['profile'] if run_lines else {},
+        'last_profile': run_lines[-1]['profile'] if run_lines else {},
+    })
+  return unstack(state.params, runs), records, timer

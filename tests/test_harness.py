@@ -1,0 +1,140 @@
+"""The run harness from the command line, as a user meets it: real processes killed with
+SIGKILL and rerun, a finished run rerun with another config, --overwrite, --help."""
+
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from rnnjax.train import run_folder
+
+CHAR_LM = ['--config=experiments/configs/char_lm.py', '--config.hidden_size=24',
+           '--config.embedding_size=8', '--config.batch_size=8', '--config.truncation=16',
+           '--config.dropout_rate=0.3', '--config.steps=1500', '--config.log_every=50',
+           '--config.checkpoint_every=25', '--config.sample_length=20']
+CLASSIFY = ['--config=experiments/configs/classify.py', '--config.max_length=16',
+            '--config.embedding_size=8', '--config.hidden_size=8', '--config.batch_size=16',
+            '--config.steps=1500', '--config.log_every=50', '--config.checkpoint_every=25']
+
+
+def launch(arguments, folder, **kwargs):
+  return subprocess.Popen([sys.executable, '-m', 'launch.run', f'--workdir={folder}',
+                           *arguments], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, **kwargs)
+
+
+def run(arguments, folder):
+  process = launch(arguments, folder)
+  stdout, stderr = process.communicate(timeout=600)
+  return process.returncode, stdout, stderr
+
+
+def files(folder: pathlib.Path) -> dict:
+  return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob('*'))
+          if p.is_file()}
+
+
+def final_params(folder):
+  return jax.tree_util.tree_leaves(run_folder.final_params(folder)[1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('arguments', [CHAR_LM, CLASSIFY], ids=['char_lm', 'classify'])
+def test_a_run_killed_after_its_second_checkpoint_resumes_exactly(tmp_path, shared_data_dir,
+                                                                  arguments):
+  whole = tmp_path / 'whole'
+  code, _, stderr = run(arguments, whole)
+  assert code == 0, stderr
+  cut = tmp_path / 'cut'
+  process = launch(arguments, cut)
+  second = cut / 'checkpoint' / '50' / '_CHECKPOINT_METADATA'
+  deadline = time.time() + 300
+  while not second.exists() and process.poll() is None and time.time() < deadline:
+    time.sleep(0.01)
+  process.send_signal(signal.SIGKILL)
+  process.communicate()
+  assert not (cut / 'summary.json').exists()  # killed before it ended
+  assert run_folder.saved_steps(cut)[-1] < 1500
+  code, stdout, stderr = run(arguments, cut)
+  assert code == 0, stderr
+  assert 'finished after 1500 steps' in stdout
+  for name in ('metrics.jsonl', 'summary.json', 'config.json'):
+    assert (cut / name).read_bytes() == (whole / name).read_bytes(), name
+  for got, expected in zip(final_params(cut), final_params(whole)):
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_a_finished_run_refuses_another_config_and_overwrites_on_request(tmp_path,
+                                                                         shared_data_dir):
+  arguments = CHAR_LM[:6] + ['--config.steps=20', '--config.log_every=10',
+                             '--config.checkpoint_every=10', '--config.sample_length=5']
+  folder = tmp_path / 'run'
+  code, stdout, _ = run(arguments, folder)
+  assert code == 0 and 'finished after 20 steps' in stdout
+  before = files(folder)
+  code, stdout, stderr = run(arguments + ['--config.seed=1'], folder)
+  assert code != 0 and stdout == ''
+  assert stderr.strip().count('\n') == 0  # one line
+  assert 'seed (0 -> 1)' in stderr and '--overwrite' in stderr
+  assert files(folder) == before  # byte for byte
+  code, stdout, _ = run(arguments, folder)  # the same config: reported, not trained
+  assert code == 0 and 'finished after 20 steps' in stdout and files(folder) == before
+
+  code, _, stderr = run(arguments + ['--config.seed=1', '--overwrite'], folder)
+  assert code == 0, stderr
+  fresh = tmp_path / 'fresh'
+  assert run(arguments + ['--config.seed=1'], fresh)[0] == 0
+  for got, expected in zip(final_params(folder), final_params(fresh)):
+    np.testing.assert_array_equal(got, expected)
+  assert run_folder.saved_steps(folder) == [10, 20]
+
+
+def test_configuration_errors_are_one_line_without_a_traceback(tmp_path):
+  for arguments, message in (
+      (['--config.spectral_radus=1.1'], 'did you mean spectral_radius?'),
+      (['--config.spectral_radius=-1'], 'config.spectral_radius: expected a finite value >= 0'),
+      (['--config.optimizer=adamx'], "config.optimizer: expected one of"),
+      (['--config.data_dir=/nonexistent'], 'tinyshakespeare: /nonexistent/tinyshakespeare/'
+                                           'input.txt is missing')):
+    code, stdout, stderr = run(['--config=experiments/configs/char_lm.py', *arguments],
+                               tmp_path / 'run')
+    assert code == 1
+    assert stderr.startswith('error: ') and message in stderr, stderr
+    assert 'Traceback' not in stderr and stderr.strip().count('\n') == 0, stderr
+  assert not (tmp_path / 'run' / 'config.json').exists()
+
+
+def test_help_lists_the_config_fields_and_exits_0():
+  result = subprocess.run([sys.executable, '-m', 'launch.run', '--help'], capture_output=True,
+                          text=True)
+  assert result.returncode == 0
+  assert 'spectral_radius = 1.0  # of W_hh at init' in result.stdout
+  assert '--overwrite' in result.stdout
+
+
+def test_no_tpu_line_on_a_cpu(tmp_path, shared_data_dir):
+  code, _, stderr = run(CHAR_LM[:6] + ['--config.steps=2', '--config.sample_length=2'],
+                        tmp_path / 'run')
+  assert code == 0 and 'libtpu' not in stderr and "backend 'tpu'" not in stderr, stderr
+
+
+def test_sigterm_checkpoints_the_current_step(tmp_path, shared_data_dir):
+  folder = tmp_path / 'run'
+  process = launch(CHAR_LM, folder)
+  first = folder / 'checkpoint' / '25' / '_CHECKPOINT_METADATA'
+  deadline = time.time() + 300
+  while not first.exists() and time.time() < deadline:
+    time.sleep(0.01)
+  process.send_signal(signal.SIGTERM)
+  _, stderr = process.communicate(timeout=120)
+  assert process.returncode == 128 + signal.SIGTERM
+  assert 'run the same command again to resume' in stderr
+  stopped = int(re.search(r'after step (\d+)', stderr).group(1))
+  assert stopped >= 25 and run_folder.saved_steps(folder)[-1] == stopped
+  assert not (folder / 'summary.json').exists()

@@ -1,0 +1,266 @@
+"""The trainer: one divergence rule, measurements from the optimizer chain, groups,
+resume, TensorBoard. Each case of the run-harness issue is a test with its right value."""
+
+import json
+import math
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from rnnjax import models
+from rnnjax.data import text
+from rnnjax.train import optimizers
+from rnnjax.train import run_folder
+from rnnjax.train import tasks
+from rnnjax.train import trainer
+
+
+def config(**overrides):
+  fields = dict(seed=0, steps=1, log_every=1, checkpoint_every=0, optimizer='sgd',
+                learning_rate=1.0, clipping='global_norm', clip_threshold=1.0,
+                on_divergence='stop')
+  fields.update(overrides)
+  return ml_collections.ConfigDict(fields)
+
+
+def linear_task(gradient, loss=None):
+  """params w = 0 (two entries); loss = w . gradient, so every step's gradient is ``gradient``."""
+  gradient = jnp.asarray(gradient, jnp.float32)
+  return trainer.Task(init=lambda c, k: {'w': jnp.zeros(2)},
+                      loss=loss or (lambda p, c, b, k: (jnp.dot(p['w'], gradient), c)),
+                      batch=lambda step: {})
+
+
+def train(task, configs, folder=None):
+  """Trains a group, in ``folder``/run_<i> when given; returns (params, records, lines)."""
+  folders = None
+  if folder is not None:
+    folders = [pathlib.Path(folder) / f'run_{i}' for i in range(len(configs))]
+    for path, c in zip(folders, configs):
+      path.mkdir(parents=True, exist_ok=True)
+      run_folder.start(path, c.to_dict(), overwrite=False)
+  params, records, _ = trainer.train(task, configs, folders)
+  lines = [run_folder.read_metrics(f) for f in folders] if folders else None
+  return params, records, lines
+
+
+def test_global_norm_of_huge_finite_gradients_does_not_overflow():
+  grads = {'w': jnp.array([3e19, 4e19], jnp.float32)}
+  assert float(optimizers.global_norm(grads)) == pytest.approx(5e19, rel=1e-6)
+  assert not math.isfinite(float(jnp.sqrt(jnp.sum(grads['w'] ** 2))))  # the naive sum overflows
+  assert float(optimizers.global_norm({'w': jnp.array([jnp.inf, 1.0])})) == math.inf
+  assert math.isnan(float(optimizers.global_norm({'w': jnp.array([jnp.nan, 1.0])})))
+  assert float(optimizers.global_norm({'w': jnp.zeros(3)})) == 0.0
+
+
+def test_huge_gradient_is_clipped_to_the_threshold_and_logged(tmp_path):
+  params, records, lines = train(linear_task([3e19, 4e19]), [config()], tmp_path)
+  np.testing.assert_allclose(params[0]['w'], [-0.6, -0.8], rtol=1e-6)
+  assert lines[0][0]['grad_norm'] == pytest.approx(5e19, rel=1e-6)
+  assert lines[0][0]['clipped'] and records[0]['clipped_fraction'] == 1.0
+  assert lines[0][0]['update_norm'] == pytest.approx(1.0, rel=1e-6)
+
+
+def test_huge_gradient_without_clipping_is_applied_whole():
+  params, records, _ = train(linear_task([3e19, 4e19]), [config(clipping='none')])
+  np.testing.assert_allclose(params[0]['w'], [-3e19, -4e19], rtol=1e-6)
+  assert records[0]['status'] == 'finished' and records[0]['clipped_fraction'] == 0.0
+
+
+def test_every_skipped_update_is_counted():
+  # d/dw sqrt(w) at w = 0 is +inf: every step's gradient is infinite, the loss finite (0).
+  sqrt_loss = lambda p, c, b, k: (jnp.sum(jnp.sqrt(p['w'])), c)
+  params, records, _ = train(linear_task([0, 0], sqrt_loss),
+                             [config(steps=5, on_divergence='skip')])
+  assert records[0]['skipped_steps'] == 5
+  assert records[0]['status'] == 'finished' and records[0]['steps_done'] == 5
+  np.testing.assert_array_equal(params[0]['w'], [0.0, 0.0])
+
+
+@pytest.mark.parametrize('on_divergence', ['skip', 'stop'])
+def test_a_nan_batch_is_skipped_or_stops_the_run(on_divergence):
+  def batch(step):
+    return {'g': np.full(2, np.nan if step == 3 else 0.1, np.float32)}
+
+  task = trainer.Task(init=lambda c, k: {'w': jnp.zeros(2)}, batch=batch,
+                      loss=lambda p, c, b, k: (jnp.dot(p['w'], b['g']), c))
+  params, records, _ = train(task, [config(steps=10, log_every=5, on_divergence=on_divergence,
+                                           learning_rate=0.5)])
+  assert np.isfinite(params[0]['w']).all()
+  if on_divergence == 'skip':
+    assert records[0]['skipped_steps'] == 1 and records[0]['steps_done'] == 10
+    np.testing.assert_allclose(params[0]['w'], [-0.45, -0.45], rtol=1e-6)  # 9 steps of 0.05
+  else:
+    assert records[0]['status'] == 'diverged' and records[0]['diverged_step'] == 3
+    assert records[0]['steps_done'] == 2
+    np.testing.assert_allclose(params[0]['w'], [-0.1, -0.1], rtol=1e-6)
+
+
+def test_elementwise_clipping_below_the_threshold_is_not_counted():
+  _, records, _ = train(linear_task([0.9, 0.9]), [config(steps=3, clipping='elementwise')])
+  assert records[0]['clipped_fraction'] == 0.0
+  _, records, _ = train(linear_task([0.9, 1.1]), [config(steps=3, clipping='elementwise')])
+  assert records[0]['clipped_fraction'] == 1.0
+
+
+@pytest.fixture(scope='module')
+def stream():
+  ids = np.asarray(jax.random.randint(jax.random.key(7), (3000,), 0, 11), np.int32)
+  return text.stream_windows(ids, batch_size=4, truncation=8)
+
+
+def lm_task(stream, **model_fields):
+  model = models.LanguageModel(vocab_size=11, hidden_size=16, embedding_size=5, **model_fields)
+
+  def init(run_config, key):
+    run_model = model.clone(radius=run_config.get('spectral_radius', model.radius))
+    return tasks.init_language_model(run_model, key)
+
+  return tasks.truncated_bptt(model, *stream, init, None)
+
+
+def test_a_diverged_run_returns_its_last_finite_params(stream):
+  task = lm_task(stream, activation='relu', recurrent_init='identity', radius=1.0)
+  runs = [config(steps=40, log_every=5, learning_rate=1000.0, clipping='none')]
+  params, records, _ = train(task, runs)
+  diverged = records[0]['diverged_step']
+  assert records[0]['status'] == 'diverged' and diverged == 3
+  assert records[0]['steps_done'] == diverged - 1
+  leaves = jax.tree_util.tree_leaves(params[0])
+  assert all(bool(jnp.all(jnp.isfinite(leaf))) for leaf in leaves)
+  # Exactly the params after the last finite step.
+  before, _, _ = train(task, [config(steps=diverged - 1, log_every=5, learning_rate=1000.0,
+                                     clipping='none')])
+  for got, expected in zip(leaves, jax.tree_util.tree_leaves(before[0])):
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_group_equals_each_run_alone(stream):
+  task = lm_task(stream)
+  runs = [config(steps=30, log_every=10, optimizer='adam', learning_rate=1e-2, clipping='none',
+                 spectral_radius=0.5, seed=0),
+          config(steps=30, log_every=10, optimizer='adam', learning_rate=3e-2,
+                 clipping='global_norm', clip_threshold=1.0, spectral_radius=1.0, seed=1),
+          config(steps=30, log_every=10, optimizer='adam', learning_rate=1e-3, clipping='none',
+                 spectral_radius=1.5, seed=2)]
+  group_params, group_records, _ = train(task, runs)
+  for run, params, record in zip(runs, group_params, group_records):
+    solo_params, solo_records, _ = train(task, [run])
+    assert record['final_train_loss'] == pytest.approx(solo_records[0]['final_train_loss'],
+                                                       rel=1e-5)
+    assert record['clipped_fraction'] == solo_records[0]['clipped_fraction']
+    np.testing.assert_allclose(params['head']['kernel'], solo_params[0]['head']['kernel'],
+                               rtol=1e-4, atol=1e-6)
+  assert group_records[0]['clipped_fraction'] == 0.0  # no clipping: an infinite threshold
+
+
+def test_one_program_serves_every_radius_learning_rate_and_threshold(stream, caplog):
+  task = lm_task(stream)
+  runs = [config(steps=3, log_every=3, optimizer='adam', learning_rate=lr, clipping=clipping,
+                 clip_threshold=threshold, spectral_radius=radius)
+          for radius, lr, clipping, threshold in ((0.5, 1e-3, 'global_norm', 0.5),
+                                                  (1.5, 3e-2, 'none', 1.0),
+                                                  (1.0, 1e-2, 'global_norm', 100.0))]
+  with jax.log_compiles(), caplog.at_level('WARNING'):
+    train(task, runs)
+  compiled = [r.getMessage().split(' with ')[0] for r in caplog.records
+              if r.getMessage().startswith('Compiling jit(step)')]
+  assert compiled == ['Compiling jit(step)']  # once, for the three runs together
+
+
+def test_resume_after_an_interruption_equals_an_uninterrupted_run(stream, tmp_path):
+  task = lm_task(stream, dropout_rate=0.3)
+  run = config(steps=25, log_every=5, checkpoint_every=10, optimizer='adam', learning_rate=1e-2)
+  whole, whole_records, whole_lines = train(task, [run], tmp_path / 'whole')
+  calls = []
+
+  def stop_after_17():
+    calls.append(True)
+    return len(calls) == 17
+
+  folder = tmp_path / 'cut' / 'run_0'
+  folder.mkdir(parents=True)
+  run_folder.start(folder, run.to_dict(), overwrite=False)
+  with pytest.raises(trainer.Interrupted, match='after step 17'):
+    trainer.train(task, [run], [folder], stop_requested=stop_after_17)
+  assert run_folder.saved_steps(folder) == [10, 17]
+  params, records, _ = trainer.train(task, [run], [folder])
+  for got, expected in zip(jax.tree_util.tree_leaves(params[0]),
+                           jax.tree_util.tree_leaves(whole[0])):
+    np.testing.assert_array_equal(got, expected)
+  assert records == whole_records
+  assert (folder / 'metrics.jsonl').read_bytes() == (
+      tmp_path / 'whole' / 'run_0' / 'metrics.jsonl').read_bytes()
+
+
+def test_a_damaged_checkpoint_is_named_and_the_older_one_used(stream, tmp_path, caplog):
+  task = lm_task(stream)
+  run = config(steps=20, log_every=5, checkpoint_every=5, optimizer='adam', learning_rate=1e-2)
+  whole, _, _ = train(task, [run], tmp_path / 'whole')
+  folder = tmp_path / 'cut' / 'run_0'
+  folder.mkdir(parents=True)
+  run_folder.start(folder, run.to_dict(), overwrite=False)
+  calls = []
+  with pytest.raises(trainer.Interrupted):
+    trainer.train(task, [run], [folder], stop_requested=lambda: calls.append(1) or len(calls) == 15)
+  assert run_folder.saved_steps(folder) == [10, 15]
+  for path in (folder / 'checkpoint' / '15').rglob('*'):
+    if path.is_file() and path.stat().st_size > 100:
+      path.write_bytes(path.read_bytes()[:50])  # truncated files
+  with caplog.at_level('WARNING'):
+    params, _, _ = trainer.train(task, [run], [folder])
+  assert 'checkpoint of step 15 cannot be read' in caplog.text
+  for got, expected in zip(jax.tree_util.tree_leaves(params[0]),
+                           jax.tree_util.tree_leaves(whole[0])):
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_tensorboard_events_hold_the_metrics(stream, tmp_path):
+  from tensorboard.backend.event_processing import event_accumulator
+  _, _, lines = train(lm_task(stream), [config(steps=10, log_every=5, optimizer='adam',
+                                              learning_rate=1e-2)], tmp_path)
+  events = event_accumulator.EventAccumulator(str(tmp_path / 'run_0' / 'tensorboard'))
+  events.Reload()
+  tags = events.Tags()['scalars']
+  assert {'train/loss', 'train/grad_norm', 'train/spectral_radius', 'profile/k1'} <= set(tags)
+  losses = events.Scalars('train/loss')
+  assert [e.step for e in losses] == [1, 5, 10]
+  np.testing.assert_allclose([e.value for e in losses], [l['loss'] for l in lines[0]], rtol=1e-6)
+  radii = [e.value for e in events.Scalars('train/spectral_radius')]
+  np.testing.assert_allclose(radii, [l['spectral_radius'] for l in lines[0]], rtol=1e-6)
+
+
+def test_metrics_lines_and_records(stream, tmp_path):
+  _, records, lines = train(lm_task(stream), [config(steps=20, log_every=10, optimizer='adam',
+                                                    learning_rate=1e-2,
+                                                    clip_threshold=0.5)], tmp_path)
+  lines = lines[0]
+  assert [l['step'] for l in lines] == [1, 10, 20]
+  first = lines[0]
+  assert first['bits'] == pytest.approx(first['loss'] / math.log(2))
+  assert list(first['profile']) == ['1', '2', '5']  # k < tau = 8
+  assert first['clipped'] == (first['grad_norm'] > 0.5)
+  assert first['spectral_radius'] == pytest.approx(1.0, abs=1e-4)  # at init: rho = 1
+  assert records[0]['first_profile'] == first['profile']
+  assert records[0]['final_spectral_radius'] == lines[-1]['spectral_radius']
+  assert records[0]['final_train_loss'] == lines[-1]['loss']
+  assert records[0]['steps_done'] == 20 and records[0]['status'] == 'finished'
+  assert not any('seconds' in key for line in lines for key in line)  # results hold no time
+
+
+@pytest.mark.parametrize('field, value, message', [
+    ('steps', 0, 'config.steps: expected an int >= 1, got 0'),
+    ('log_every', 1.5, 'config.log_every: expected an int >= 1, got 1.5'),
+    ('checkpoint_every', -1, 'config.checkpoint_every: expected an int >= 0, got -1'),
+    ('on_divergence', 'ignore', "config.on_divergence: expected one of .* got 'ignore'"),
+    ('optimizer', 'adamx', "config.optimizer: expected one of .* got 'adamx'"),
+    ('learning_rate', 0.0, 'config.learning_rate: expected a finite value > 0, got 0.0'),
+    ('clip_threshold', -1.0, 'config.clip_threshold: expected a finite value > 0'),
+])
+def test_training_fields_are_checked(field, value, message):
+  with pytest.raises(ValueError, match=message):
+    trainer.check_config(config(**{field: value}))
