@@ -1,77 +1,74 @@
-"""Runs a config's sweep on a local pool of processes and tabulates it.
+"""Runs an experiment's sweep, on local processes or on Slurm, and tabulates it.
 
-  python -m launch.sweep --config=experiments/configs/char_lm.py \
-      --workdir=results/char_lm_sweep
+  python -m launch.sweep --config=experiments/configs/char_lm.py --workdir=results/char_lm_sweep
+  python -m launch.sweep --config=experiments/configs/long_range.py --workdir=results/long_range \
+      --executor=slurm --partition=debug --time=60
 
-``get_sweep()`` in the config file gives one dict of overrides per run, and
-each run gets the folder ``<workdir>/<run name>``. Runs that the experiment
-says can share one program (its ``group_key``: they differ only in its
-``VMAPPABLE_KEYS``, such as spectral radius, learning rate or clip
-threshold) go to one process as a group, ``python -m experiments.<config
-name> --config=<file> --group=<workdir>/groups/<n>.json``, and train
-together in one vmapped program (at most --max_group_size runs); a run
-alone is ``python -m experiments.<name> --config=<file> --config.KEY=VALUE
-... --workdir=<run folder>``. Each run's output is in ``<run
-folder>/log.txt``. A run whose summary.json says finished or diverged is
-skipped on relaunch; when a group's process fails, its runs are tried one
-by one, and a run that fails is marked failed in its summary while the
-others go on. At the end the sweep writes ``results.md``, ``results.csv``
-and ``gradient_profile.png`` to the workdir and prints the Markdown table.
+``get_sweep()`` in the config file gives one dict of overrides per run; each
+run gets the folder ``<workdir>/<swept values>``. Runs that differ only in
+values that change no program (the experiment's ``VMAPPABLE`` fields, the
+learning rate, the clip threshold, clipping none / global norm) train
+together as one vmapped group: one job.
+
+Skip rule: a run is skipped when its summary.json says it ended (finished or
+diverged) and its config.json equals the config the sweep would run now; a
+run whose config changed is rerun from the start (the launcher lists them),
+and a run that did not end resumes from its latest checkpoint. A config that
+fails its checks is reported failed before anything runs; the others go on.
+
+Lock rule: one launcher per sweep folder (``<workdir>/.lock``, flock): a
+second exits non-zero naming the first (pid, host). Every run holds its own
+folder's lock while it trains, and local jobs die with their launcher, so no
+run trains twice at once.
+
+The sweep writes ``results.md`` and ``results.csv`` (and, when the seed is
+swept, ``results_over_seeds.md`` / ``.csv``) and the experiment's plots
+(``launch/report.py``), prints the table and exits non-zero, printing each
+failed run's reason, when any run failed.
 """
 
-import concurrent.futures
 import copy
-import csv
-import importlib
-import importlib.util
-import json
 import math
 import os
 import pathlib
-import shutil
-import signal
-import subprocess
 import sys
 import threading
+import time
 
 from absl import app
 from absl import flags
 from absl import logging
 import tqdm
 
+from launch import executors
+from launch import report
+from launch import run
+
 FLAGS = flags.FLAGS
 
 
 def define_flags():
   """Defines the command-line flags (only when run as a program, so the module imports cleanly)."""
-  flags.DEFINE_string(
-      'config', 'experiments/configs/char_lm.py',
-      'Config file with get_config() and get_sweep(); experiments/configs/NAME.py runs '
-      'experiments.NAME.')
+  flags.DEFINE_string('config', 'experiments/configs/char_lm.py',
+                      'Config file with get_config() and get_sweep().')
   flags.DEFINE_string('workdir', 'results/char_lm_sweep',
-                                 'Sweep folder: one subfolder per run, plus the tables and plot.')
-  flags.DEFINE_integer('processes', os.cpu_count() or 1,
-                                    'Runs at a time (default: the number of cores).')
-  flags.DEFINE_integer('max_group_size', 10,
-                       'Most runs vmapped into one process; 1 runs every run alone.')
-  flags.DEFINE_integer(
-      'threads_per_run', 0, 'CPU threads each run may use; 0: cores / processes (at least 1).')
-
-ENDED = ('finished', 'diverged')
-PROFILE_COLUMNS = ('1', '2', '5', '10', '20', '40')
-
-
-def load_config_module(path: str):
-  """Imports a config file as a module (it must define get_config and get_sweep)."""
-  spec = importlib.util.spec_from_file_location(pathlib.Path(path).stem, path)
-  if spec is None or not pathlib.Path(path).is_file():
-    raise FileNotFoundError(f'config: no config file at {path!r}')
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  for name in ('get_config', 'get_sweep'):
-    if not hasattr(module, name):
-      raise ValueError(f'config: {path} defines no {name}()')
-  return module
+                      'Sweep folder: one subfolder per run, plus the tables and plots.')
+  flags.DEFINE_enum('executor', 'local', ['local', 'slurm'],
+                    'local: processes on this machine; slurm: an array job through submitit.')
+  flags.DEFINE_bool('overwrite', False, 'Clear every run folder and train every run again.')
+  flags.DEFINE_integer('max_group_size', 0,
+                       'Most runs vmapped into one job (0: no limit; 1: every run alone).')
+  flags.DEFINE_integer('processes', 1, 'local: jobs at a time.')
+  flags.DEFINE_integer('threads_per_run', 0, 'local: cores each job may use (0: the cores / '
+                       '--processes); processes x threads never exceeds the cores.')
+  flags.DEFINE_string('partition', None, 'slurm: the partition (--partition).')
+  flags.DEFINE_integer('time', 60, 'slurm: minutes each job may run (--time).')
+  flags.DEFINE_integer('cpus_per_task', 2, 'slurm: CPUs per job (--cpus-per-task).')
+  flags.DEFINE_integer('gpus_per_task', 0, 'slurm: GPUs per job (--gpus-per-task; 0: none).')
+  flags.DEFINE_integer('mem_gb', 8, 'slurm: memory per job, GiB (--mem).')
+  flags.DEFINE_string('account', None, 'slurm: the account to charge (--account).')
+  flags.DEFINE_string('qos', None, 'slurm: the quality of service (--qos).')
+  flags.DEFINE_integer('array_parallelism', 16, 'slurm: most jobs of the array at once.')
 
 
 def swept_keys(sweep: list[dict]) -> list[str]:
@@ -84,280 +81,213 @@ def run_name(overrides: dict, keys: list[str]) -> str:
   return ','.join(f'{k}={overrides[k]}' for k in keys) or 'run'
 
 
-def read_summary(folder: pathlib.Path) -> dict | None:
-  try:
-    return json.loads((folder / 'summary.json').read_text())
-  except (FileNotFoundError, json.JSONDecodeError):
-    return None
-
-
-_CHILDREN = set()  # experiment processes running now
-_STOPPING = threading.Event()  # set on SIGINT / SIGTERM: start nothing more
-
-
-class Interrupted(Exception):
-  """The sweep was interrupted; the runs that ended are kept, a relaunch resumes."""
-
-
-def _run_process(command: list[str], log_path: pathlib.Path, threads: int) -> int:
-  """Runs one experiment process; raises ``Interrupted`` if the sweep is stopping."""
-  if _STOPPING.is_set():
-    raise Interrupted()
-  env = dict(os.environ, XLA_FLAGS=(os.environ.get('XLA_FLAGS', '') +
-                                    f' --xla_cpu_multi_thread_eigen={str(threads > 1).lower()}'
-                                    f' intra_op_parallelism_threads={threads}').strip())
-  with open(log_path, 'w') as log:
-    # Its own session: a Ctrl-C reaches the sweep, which stops the children itself.
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                               start_new_session=True)
-    _CHILDREN.add(process)
-    try:
-      returncode = process.wait()
-    finally:
-      _CHILDREN.discard(process)
-  if _STOPPING.is_set():
-    raise Interrupted()
-  return returncode
-
-
-def _stop(signum, frame):
-  del frame
-  _STOPPING.set()
-  for process in list(_CHILDREN):
-    process.terminate()
-  raise KeyboardInterrupt(f'signal {signum}')
-
-
-def launch_run(module: str, config_path: str, overrides: dict, folder: pathlib.Path,
-               threads: int) -> dict:
-  """Runs one experiment process; returns its summary (status 'failed' on error)."""
-  folder.mkdir(parents=True, exist_ok=True)
-  command = [sys.executable, '-m', module, f'--config={config_path}', f'--workdir={folder}']
-  command += [f'--config.{k}={v}' for k, v in overrides.items()]
-  returncode = _run_process(command, folder / 'log.txt', threads)
-  summary = read_summary(folder)
-  if returncode != 0 or summary is None:
-    tail = (folder / 'log.txt').read_text().strip().splitlines()[-5:]
-    summary = {'status': 'failed', 'returncode': returncode, 'error': '\n'.join(tail)}
-    (folder / 'summary.json').write_text(json.dumps(summary, indent=2) + '\n')
-  return summary
-
-
-def launch_group(module: str, config_path: str, members: list[tuple[dict, pathlib.Path]],
-                 group_file: pathlib.Path, threads: int) -> list[dict]:
-  """Runs several runs in one vmapped process; if it fails, runs them one by one."""
-  if len(members) == 1:
-    return [launch_run(module, config_path, *members[0], threads)]
-  group_file.parent.mkdir(parents=True, exist_ok=True)
-  group_file.write_text(json.dumps([{'workdir': str(folder), 'overrides': overrides}
-                                    for overrides, folder in members], indent=2) + '\n')
-  log_path = group_file.with_suffix('.log')
-  command = [sys.executable, '-m', module, f'--config={config_path}', f'--group={group_file}']
-  returncode = _run_process(command, log_path, threads)
-  summaries = [read_summary(folder) for _, folder in members]
-  if returncode != 0 or any(s is None for s in summaries):
-    logging.warning('group %s failed (exit %d, log %s); running its %d runs one by one',
-                    group_file.name, returncode, log_path, len(members))
-    return [launch_run(module, config_path, overrides, folder, threads)
-            for overrides, folder in members]
-  for _, folder in members:
-    shutil.copyfile(log_path, folder / 'log.txt')
-  return summaries
-
-
 def run_configs(base_config, sweep: list[dict]) -> list:
   """The full config of every run: ``base_config`` with the run's overrides.
 
   Raises:
-    ValueError: for a run that sets a field the config does not have (a
+    run.ConfigError: for a run that sets a field the config does not have (a
       misspelt key would otherwise leave every run the same), before any run.
   """
   configs = []
   for i, overrides in enumerate(sweep):
     config = copy.deepcopy(base_config)
-    config.lock()
+    config.lock()  # a field the config lacks is an error, not a new field
     try:
       config.update_from_flattened_dict(overrides)
     except (KeyError, AttributeError) as error:
       unknown = sorted(set(overrides) - set(base_config.keys()))
-      raise ValueError(f'get_sweep: run {i} sets {unknown or list(overrides)}, which the config '
-                       f'does not have (fields: {sorted(base_config.keys())})') from error
+      raise run.ConfigError(f'get_sweep: run {i} sets {unknown or list(overrides)}, which the '
+                            f'config does not have (fields: {sorted(base_config.keys())})'
+                            ) from error
     configs.append(config)
   return configs
 
 
-def plan_jobs(experiment, configs: list, todo: list[int], max_group_size: int
-              ) -> list[list[int]]:
-  """Runs to do, in jobs: runs with one ``experiment.group_key`` share a job of at
-  most ``max_group_size``; an experiment without ``group_key`` runs each alone."""
-  if not hasattr(experiment, 'group_key') or max_group_size < 2:
-    return [[i] for i in todo]
+def plan_jobs(experiment, configs, folders, todo: list[int], max_group_size: int) -> list[list]:
+  """Runs to train, in jobs: runs that share a group key and their checkpoint's step
+  share a job of at most ``max_group_size`` (0: no limit)."""
+  from rnnjax.train import run_folder
+  from rnnjax.train import trainer
   groups = {}
   for i in todo:
-    groups.setdefault(experiment.group_key(configs[i]), []).append(i)
-  return [members[start:start + max_group_size] for members in groups.values()
-          for start in range(0, len(members), max_group_size)]
+    steps = run_folder.saved_steps(folders[i])
+    key = (trainer.group_key(configs[i], experiment.VMAPPABLE), steps[-1] if steps else 0)
+    groups.setdefault(key if max_group_size != 1 else i, []).append(i)
+  size = max_group_size or max((len(g) for g in groups.values()), default=1)
+  return [members[start:start + size] for members in groups.values()
+          for start in range(0, len(members), size)]
 
 
-def table_rows(runs: list[tuple[dict, dict]], keys: list[str]) -> list[dict]:
-  """One row per run: swept values, bits per char, clipping, spectral radius of W_hh at
-  the end, divergence, profiles."""
-  rows = []
-  for overrides, summary in runs:
-    row = {k: overrides[k] for k in keys}
-    row['status'] = summary.get('status', 'missing')
-    row['train_bpc'] = summary.get('final_train_bits_per_char', math.nan)
-    row['validation_bpc'] = summary.get('validation_bits_per_char', math.nan)
-    row['clipped_fraction'] = summary.get('clipped_fraction', math.nan)
-    row['max_grad_norm'] = summary.get('max_grad_norm', math.nan)
-    row['final_spectral_radius'] = summary.get('final_spectral_radius', math.nan)
-    row['diverged'] = summary.get('diverged', False)
-    for when in ('first', 'last'):
-      profile = summary.get(f'{when}_profile') or {}
-      for k in PROFILE_COLUMNS:
-        row[f'{when}_profile_k{k}'] = profile.get(k, math.nan)
-    rows.append(row)
-  return rows
+def work(experiment, config) -> float:
+  """The experiment's estimate of one step's cost (its ``work``), else 1."""
+  return float(experiment.work(config)) if hasattr(experiment, 'work') else 1.0
 
 
-def format_value(value) -> str:
-  if isinstance(value, float):
-    if math.isnan(value):
-      return '-'
-    return f'{value:.3g}' if abs(value) < 1e-2 or abs(value) >= 1e4 else f'{value:.3f}'
-  return str(value)
-
-
-def markdown_table(rows: list[dict]) -> str:
-  """The rows as Markdown; each profile becomes one column of space-separated values."""
-  def merged(row):
-    out = {c: format_value(v) for c, v in row.items() if '_profile_k' not in c}
-    for when, step in (('first', 'first step'), ('last', 'last step')):
-      values = [row[f'{when}_profile_k{k}'] for k in PROFILE_COLUMNS]
-      out[f'profile at {step}, k = {", ".join(PROFILE_COLUMNS)}'] = ' '.join(
-          format_value(v) for v in values if not math.isnan(v))
-    return out
-
-  cells = [merged(row) for row in rows]
-  columns = list(cells[0])
-  lines = ['| ' + ' | '.join(columns) + ' |', '|' + '---|' * len(columns)]
-  lines += ['| ' + ' | '.join(cell[c] for c in columns) + ' |' for cell in cells]
-  return '\n'.join(lines) + '\n'
-
-
-def plot_profiles(rows: list[dict], keys: list[str], path: pathlib.Path) -> None:
-  """||dL/dh_{T-k}|| / ||dL/dh_T|| against k (log scale), one curve per spectral radius,
-  one panel per combination of the other swept values; solid: last step, dashed: first."""
-  import matplotlib
-  matplotlib.use('Agg')
-  import matplotlib.pyplot as plt
-
-  curve_key = 'spectral_radius' if 'spectral_radius' in keys else keys[0]
-  panel_keys = [k for k in keys if k != curve_key]
-  panels = list(dict.fromkeys(tuple(row[k] for k in panel_keys) for row in rows))
-  figure, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.6), squeeze=False,
-                              sharey=True)
-  colors = plt.get_cmap('viridis')
-  curves = list(dict.fromkeys(row[curve_key] for row in rows))
-  for axis, panel in zip(axes[0], panels):
-    for row in rows:
-      if tuple(row[k] for k in panel_keys) != panel:
+def last_step(folder: pathlib.Path) -> int:
+  """The step of the last complete line of a run's metrics.jsonl (0: none)."""
+  try:
+    with open(folder / 'metrics.jsonl', 'rb') as f:
+      f.seek(0, os.SEEK_END)
+      f.seek(max(0, f.tell() - 4096))
+      lines = f.read().decode(errors='replace').splitlines()
+  except OSError:
+    return 0
+  for line in reversed(lines):
+    if line.startswith('{"step": '):
+      try:
+        return int(line[9:line.index(',')])
+      except ValueError:
         continue
-      color = colors(curves.index(row[curve_key]) / max(len(curves) - 1, 1))
-      for when, style in (('last', '-'), ('first', '--')):
-        points = [(int(k), row[f'{when}_profile_k{k}']) for k in PROFILE_COLUMNS
-                  if math.isfinite(row[f'{when}_profile_k{k}'])]
-        if points:
-          axis.plot(*zip(*points), style, color=color, marker='o', markersize=3,
-                    label=f'{curve_key}={row[curve_key]}' if when == 'last' else None)
-    axis.set_yscale('log')
-    axis.set_xlabel('distance k (steps)')
-    axis.set_title(', '.join(f'{k}={v}' for k, v in zip(panel_keys, panel)), fontsize=9)
-    axis.grid(True, which='both', alpha=0.3)
-  axes[0][0].set_ylabel('||dL/dh_{T-k}|| / ||dL/dh_T||')
-  axes[0][-1].legend(fontsize=7)
-  figure.suptitle('gradient-norm profile (solid: last step, dashed: first step)', fontsize=10)
-  figure.tight_layout()
-  figure.savefig(path, dpi=120)
-  plt.close(figure)
+  return 0
+
+
+def follow(progress, runs, stop: threading.Event, seconds: float = 2.0) -> None:
+  """Moves ``progress`` (in units of work) as the runs' metrics.jsonl grow."""
+  done = {i: last_step(folder) for i, (folder, _, _) in runs.items()}
+  while not stop.wait(seconds):
+    for i, (folder, weight, steps) in runs.items():
+      step = min(last_step(folder), steps)
+      if step > done[i]:
+        progress.update((step - done[i]) * weight)
+        done[i] = step
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  config_path = FLAGS.config
-  config_module = load_config_module(config_path)
-  sweep = config_module.get_sweep()
-  if not sweep:
-    raise app.UsageError(f'config: get_sweep() in {config_path} returned no runs')
+  from rnnjax.train import harness
+  from rnnjax.train import run_folder
+
+  run.quiet_logs()
   try:
-    configs = run_configs(config_module.get_config(), sweep)
-  except ValueError as error:
-    raise app.UsageError(str(error)) from error
-  module = 'experiments.' + pathlib.Path(config_path).stem
+    module = run.load_config_file(FLAGS.config)
+    if not hasattr(module, 'get_sweep'):
+      raise run.ConfigError(f'config: {FLAGS.config} defines no get_sweep()')
+    sweep = module.get_sweep()
+    if not sweep:
+      raise run.ConfigError(f'config: get_sweep() in {FLAGS.config} returned no runs')
+    base = module.get_config()
+    experiment = run.experiment_module(base)
+    configs = run_configs(base, sweep)
+    workdir = pathlib.Path(FLAGS.workdir)
+    lock = run_folder.lock(workdir)
+  except (run.ConfigError, run_folder.FolderInUse) as error:
+    print(f'error: {error}', file=sys.stderr)
+    sys.exit(1)
   keys = swept_keys(sweep)
-  workdir = pathlib.Path(FLAGS.workdir)
-  workdir.mkdir(parents=True, exist_ok=True)
-  processes = max(1, FLAGS.processes)
-  threads = FLAGS.threads_per_run or max(1, (os.cpu_count() or 1) // processes)
-
   folders = [workdir / run_name(o, keys) for o in sweep]
-  summaries = [read_summary(f) for f in folders]
-  todo = [i for i, s in enumerate(summaries) if not (s and s.get('status') in ENDED)]
-  jobs = plan_jobs(importlib.import_module(module), configs, todo, FLAGS.max_group_size)
-  logging.info('%d runs, %d ended already, %d to run in %d jobs on %d processes', len(sweep),
-               len(sweep) - len(todo), len(todo), len(jobs), processes)
-  signal.signal(signal.SIGTERM, _stop)
-  signal.signal(signal.SIGINT, _stop)
+  failures, changed, todo = {}, [], []
+  for i, (config, folder) in enumerate(zip(configs, folders)):
+    try:
+      harness.check(experiment, [config])
+      status = run_folder.status(folder, harness.config_dict(config), FLAGS.overwrite)
+    except ValueError as error:
+      if isinstance(error, run_folder.ConfigMismatch) and (folder / run_folder.CONFIG).exists():
+        changed.append(i)
+        todo.append(i)
+        continue
+      failures[i] = str(error)
+      continue
+    if status != 'ended':
+      todo.append(i)
+  for i in sorted(set(changed) | (set(todo) if FLAGS.overwrite else set())):
+    try:
+      handle = run_folder.lock(folders[i])
+      run_folder.clear(folders[i])
+      handle.close()
+    except run_folder.FolderInUse as error:
+      failures[i] = str(error)
+      todo.remove(i)
+  if changed:
+    print(f'{len(changed)} run(s) whose config changed will train again from the start: '
+          + ', '.join(folders[i].name for i in changed))
+  groups = plan_jobs(experiment, configs, folders, todo, FLAGS.max_group_size)
+  jobs = [executors.Job([{'workdir': str(folders[i]), 'overrides': sweep[i]} for i in group])
+          for group in groups]
+  cores = len(os.sched_getaffinity(0))
+  threads = FLAGS.threads_per_run or max(1, cores // max(1, FLAGS.processes))
+  print(f'{len(sweep)} runs: {len(sweep) - len(todo) - len(failures)} ended already, '
+        f'{len(failures)} failed their checks, {len(todo)} to train in {len(jobs)} job(s)'
+        + (f' on {FLAGS.processes} process(es) x {threads} core(s)'
+           if FLAGS.executor == 'local' else ' on Slurm'), flush=True)
   try:
-    run_jobs(module, config_path, sweep, folders, summaries, jobs, todo, workdir, processes,
-             threads)
-  except (KeyboardInterrupt, Interrupted):
-    _STOPPING.set()
-    for process in list(_CHILDREN):
-      process.terminate()
-    ended = sum(1 for f in folders if (read_summary(f) or {}).get('status') in ENDED)
-    print(f'\ninterrupted: {ended} of {len(sweep)} runs have ended and are kept; run the same '
-          f'command again to resume')
+    if FLAGS.executor == 'local':
+      executor = executors.Local(FLAGS.config, FLAGS.processes, threads)
+    else:
+      executor = executors.Slurm(FLAGS.config, workdir, {
+          'slurm_partition': FLAGS.partition, 'timeout_min': FLAGS.time,
+          'cpus_per_task': FLAGS.cpus_per_task, 'slurm_gpus_per_task': FLAGS.gpus_per_task,
+          'mem_gb': FLAGS.mem_gb, 'slurm_account': FLAGS.account, 'slurm_qos': FLAGS.qos,
+          'slurm_array_parallelism': FLAGS.array_parallelism})
+  except ValueError as error:
+    print(f'error: {error}', file=sys.stderr)
+    sys.exit(1)
+
+  following = {i: (folders[i], work(experiment, configs[i]), configs[i].steps) for i in todo}
+  total = sum(weight * steps for _, weight, steps in following.values())
+  initial = sum(weight * min(last_step(f), steps) for f, weight, steps in following.values())
+  progress = tqdm.tqdm(total=total, initial=initial, unit='work', file=sys.stdout,
+                       bar_format='{l_bar}{bar}| {percentage:3.0f}% [{elapsed}<{remaining}]')
+  stop = threading.Event()
+  follower = threading.Thread(target=follow, args=(progress, following, stop), daemon=True)
+  follower.start()
+  index = {str(folders[i]): i for i in todo}
+
+  def on_end(job, returncode, why):
+    for entry in job.entries:
+      i = index[entry['workdir']]
+      summary = run_folder.read_json(folders[i] / run_folder.SUMMARY)
+      if summary and summary.get('status') in run_folder.ENDED:
+        progress.write(f'{folders[i].name}: {summary["status"]}')
+      else:
+        failures[i] = why if returncode != 0 else f'ended without a summary: {why}'
+        progress.write(f'{folders[i].name}: failed: {failures[i]}')
+
+  try:
+    executor.run(jobs, on_end)
+  except KeyboardInterrupt:
+    executor.stop()
+    stop.set()
+    progress.close()
+    ended = sum(1 for f in folders
+                if (run_folder.read_json(f / run_folder.SUMMARY) or {}).get('status')
+                in run_folder.ENDED)
+    print(f'\ninterrupted: {ended} of {len(sweep)} runs have ended and are kept, the others '
+          'keep their last checkpoint; run the same command again to resume', flush=True)
     sys.exit(130)
-  write_results(sweep, summaries, keys, workdir)
+  finally:
+    stop.set()
+    follower.join()
+  progress.close()
 
-
-def run_jobs(module, config_path, sweep, folders, summaries, jobs, todo, workdir, processes,
-             threads):
-  """Runs the jobs on a pool of ``processes``, filling ``summaries`` as they end."""
-  with concurrent.futures.ThreadPoolExecutor(processes) as pool, \
-      tqdm.tqdm(total=len(sweep), initial=len(sweep) - len(todo), desc='runs', unit='run',
-                file=sys.stdout) as progress:
-    futures = {pool.submit(launch_group, module, config_path,
-                           [(sweep[i], folders[i]) for i in job],
-                           workdir / 'groups' / f'group_{n}.json', threads): job
-               for n, job in enumerate(jobs)}
-    for future in concurrent.futures.as_completed(futures):
-      for i, summary in zip(futures[future], future.result()):
-        summaries[i] = summary
-        progress.update(1)
-        progress.write(f'{folders[i].name}: {summary["status"]}, validation '
-                       f'{format_value(summary.get("validation_bits_per_char", math.nan))} '
-                       f'bits/char')
-
-
-def write_results(sweep, summaries, keys, workdir):
-  """Writes results.csv, results.md and gradient_profile.png; prints the table."""
-  rows = table_rows(list(zip(sweep, summaries)), keys)
-  with open(workdir / 'results.csv', 'w', newline='') as f:
-    writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-    writer.writeheader()
-    writer.writerows(rows)
-  table = markdown_table(rows)
-  (workdir / 'results.md').write_text(table)
-  plot_profiles(rows, keys, workdir / 'gradient_profile.png')
-  failed = sum(row['status'] == 'failed' for row in rows)
+  runs = []
+  for i, folder in enumerate(folders):
+    summary = run_folder.read_json(folder / run_folder.SUMMARY)
+    status = (summary or {}).get('status') if i not in failures else 'failed'
+    runs.append((sweep[i], summary if status in run_folder.ENDED else None,
+                 run_folder.read_json(folder / run_folder.TIMING), status or 'missing'))
+  try:
+    table = report.write(runs, keys, experiment, workdir)
+  except OSError as error:
+    print(f'error: cannot write the tables to {workdir}: {error}', file=sys.stderr)
+    sys.exit(1)
   print(table)
-  print(f'{len(rows)} runs ({failed} failed); table: {workdir / "results.md"} and '
-        f'{workdir / "results.csv"}; plot: {workdir / "gradient_profile.png"}')
+  print(f'{len(sweep)} runs ({len(failures)} failed); tables: {workdir / "results.md"}, '
+        f'results.csv' + (', results_over_seeds.md' if 'seed' in keys and len(keys) > 1 else ''))
+  lock.close()
+  if failures:
+    for i, why in sorted(failures.items()):
+      print(f'failed: {folders[i].name}: {why}', file=sys.stderr)
+    sys.exit(1)
+
+
+def interrupt(signum, frame):
+  del signum, frame
+  raise KeyboardInterrupt()
 
 
 if __name__ == '__main__':
   define_flags()
+  import signal
+  signal.signal(signal.SIGTERM, interrupt)
   app.run(main)

@@ -1,5 +1,4 @@
-"""The sweep launcher: runs in processes, a failed run does not stop the others,
-ended runs are skipped on relaunch, and the table and plot are written."""
+"""The sweep launcher on local processes: skip, rerun, lock, kill, fail, tables, every experiment."""
 
 import csv
 import json
@@ -12,105 +11,223 @@ import time
 import pytest
 
 from launch import sweep
+from rnnjax.train import run_folder
 
 TINY_CONFIG = '''
 from experiments.configs.char_lm import get_config
 
 def get_sweep():
-  fixed = dict(hidden_size=8, embedding_size=4, batch_size=4, truncation=8, steps=3,
-               log_every=1, sample_length=5)
+  fixed = dict(hidden_size=8, embedding_size=4, batch_size=4, truncation=8, steps=STEPS,
+               log_every=10, checkpoint_every=10, sample_length=5)
   return [dict(fixed, spectral_radius=0.5), dict(fixed, spectral_radius=1.5),
-          dict(fixed, spectral_radius=-1.0)]
+          dict(fixed, spectral_radius=RADIUS)]
 '''
 
 
-def run_sweep(config, workdir):
-  return subprocess.run(
-      [sys.executable, '-m', 'launch.sweep', f'--config={config}', f'--workdir={workdir}',
-       '--processes=2'], capture_output=True, text=True, check=True).stdout
+def write_config(tmp_path, steps=30, radius=-1.0, name='tiny.py'):
+  path = tmp_path / name
+  path.write_text(TINY_CONFIG.replace('STEPS', str(steps)).replace('RADIUS', str(radius)))
+  return path
+
+
+def launch(config, workdir, *flags, **kwargs):
+  return subprocess.Popen([sys.executable, '-m', 'launch.sweep', f'--config={config}',
+                           f'--workdir={workdir}', *flags], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def run_sweep(config, workdir, *flags):
+  process = launch(config, workdir, *flags)
+  stdout, stderr = process.communicate(timeout=900)
+  return process.returncode, stdout, stderr
+
+
+def summaries(workdir):
+  return {f.name: json.loads((f / 'summary.json').read_text())
+          for f in workdir.iterdir() if (f / 'summary.json').exists()}
+
+
+def metrics_steps(folder):
+  return [line['step'] for line in run_folder.read_metrics(folder)]
 
 
 def test_sweep_runs_skips_and_tabulates(tmp_path, shared_data_dir):
-  config = tmp_path / 'char_lm.py'  # the file name picks experiments.char_lm
-  config.write_text(TINY_CONFIG)
+  config = write_config(tmp_path)
   workdir = tmp_path / 'sweep'
-  output = run_sweep(config, workdir)
+  code, output, errors = run_sweep(config, workdir)
+  assert code == 1  # a run failed its checks; the others ran
+  assert 'failed: spectral_radius=-1.0: config.spectral_radius: expected a finite value >= 0' \
+      in errors
   assert '3 runs (1 failed)' in output
-  summaries = {f.name: json.loads((f / 'summary.json').read_text())
-               for f in workdir.iterdir() if f.is_dir() and f.name != 'groups'}
-  # The three runs went to one vmapped group, which failed on the bad radius; its runs were
-  # then tried one by one.
-  assert 'radius: expected a finite value >= 0' in (workdir / 'groups' / 'group_0.log').read_text()
-  assert sorted(summaries) == ['spectral_radius=-1.0', 'spectral_radius=0.5',
-                               'spectral_radius=1.5']
-  assert summaries['spectral_radius=-1.0']['status'] == 'failed'
-  assert 'radius: expected a finite value >= 0, got -1.0' in summaries['spectral_radius=-1.0']['error']
-  for name in ('spectral_radius=0.5', 'spectral_radius=1.5'):
-    assert summaries[name]['status'] == 'finished'
-    assert summaries[name]['steps_done'] == 3
-    assert (workdir / name / 'config.json').exists()
-    assert len((workdir / name / 'metrics.jsonl').read_text().splitlines()) == 3
+  ended = summaries(workdir)
+  assert sorted(ended) == ['spectral_radius=0.5', 'spectral_radius=1.5']
+  for name, summary in ended.items():
+    assert summary['status'] == 'finished' and summary['steps_done'] == 30
+    assert metrics_steps(workdir / name) == [1, 10, 20, 30]
+    timing = json.loads((workdir / name / 'timing.json').read_text())
+    assert timing['group_size'] == 2  # the two valid runs trained as one vmapped group
+    assert 'launch.run' in (workdir / name / 'log.txt').read_text()
   rows = list(csv.DictReader(open(workdir / 'results.csv')))
   assert [r['spectral_radius'] for r in rows] == ['0.5', '1.5', '-1.0']
   assert [r['status'] for r in rows] == ['finished', 'finished', 'failed']
   assert float(rows[0]['first_profile_k1']) == pytest.approx(
-      summaries['spectral_radius=0.5']['first_profile']['1'])
+      ended['spectral_radius=0.5']['first_profile']['1'])
   assert (workdir / 'gradient_profile.png').stat().st_size > 10_000
   table = (workdir / 'results.md').read_text()
-  assert table in output
+  assert table.startswith('Measured at commit ') and table in output
 
-  # Relaunch: the finished runs are not run again, the failed one is; same table.
-  finished_log = workdir / 'spectral_radius=0.5' / 'log.txt'
-  before = finished_log.stat().st_mtime_ns
-  again = run_sweep(config, workdir)
-  assert finished_log.stat().st_mtime_ns == before
+  # Relaunch: the ended runs are not trained again; same table.
+  logs = {name: (workdir / name / 'log.txt').read_text() for name in ended}
+  code, again, _ = run_sweep(config, workdir)
+  assert code == 1 and '2 ended already' in again
+  assert {name: (workdir / name / 'log.txt').read_text() for name in ended} == logs
   assert (workdir / 'results.md').read_text() == table
-  assert '3 runs (1 failed)' in again
 
 
-def test_runs_that_differ_in_vmappable_keys_share_a_group(tmp_path, shared_data_dir):
-  config = tmp_path / 'char_lm.py'
-  config.write_text(TINY_CONFIG.replace('-1.0', '1.0'))
+def test_a_changed_run_trains_again_and_only_it(tmp_path, shared_data_dir):
   workdir = tmp_path / 'sweep'
-  output = run_sweep(config, workdir)
-  assert '3 runs (0 failed)' in output
-  group = json.loads((workdir / 'groups' / 'group_0.json').read_text())
-  assert [entry['overrides']['spectral_radius'] for entry in group] == [0.5, 1.5, 1.0]
-  summaries = [json.loads((workdir / f'spectral_radius={r}' / 'summary.json').read_text())
-               for r in (0.5, 1.5, 1.0)]
-  assert [s['group_size'] for s in summaries] == [3, 3, 3]
-  # Each run's own init: the spectral radius at step 1 follows its config.
-  first_radii = [json.loads((workdir / f'spectral_radius={r}' / 'metrics.jsonl').read_text()
-                            .splitlines()[0])['spectral_radius'] for r in (0.5, 1.5, 1.0)]
-  assert first_radii[0] < first_radii[2] < first_radii[1]
+  assert run_sweep(write_config(tmp_path, radius=1.0), workdir)[0] == 0
+  before = summaries(workdir)
+  changed = write_config(tmp_path, radius=1.2)  # the third run's spectral radius
+  code, output, _ = run_sweep(changed, workdir)
+  assert code == 0
+  assert '2 ended already' in output and '1 to train' in output
+  after = summaries(workdir)
+  for name in ('spectral_radius=0.5', 'spectral_radius=1.5'):
+    assert after[name] == before[name]
+  assert 'spectral_radius=1.2' in after  # a new folder for the new value
+  steps = write_config(tmp_path, steps=40, radius=1.0, name='longer.py')  # every run changes
+  code, output, _ = run_sweep(steps, workdir)
+  assert code == 0 and '3 run(s) whose config changed will train again' in output
+  assert all(summaries(workdir)[name]['steps_done'] == 40
+             for name in ('spectral_radius=0.5', 'spectral_radius=1.5', 'spectral_radius=1.0'))
 
 
-def test_a_misspelt_sweep_key_is_an_error_before_any_run(tmp_path):
-  config = tmp_path / 'char_lm.py'
-  config.write_text(TINY_CONFIG.replace('spectral_radius=1.5', 'spectral_radus=1.5'))
-  result = subprocess.run([sys.executable, '-m', 'launch.sweep', f'--config={config}',
-                           f'--workdir={tmp_path / "sweep"}'], capture_output=True, text=True)
-  assert result.returncode != 0
-  assert "get_sweep: run 1 sets ['spectral_radus'], which the config does not have" in result.stderr
-  assert not any((tmp_path / 'sweep').glob('*/summary.json'))
+def test_a_second_launcher_on_a_locked_sweep_exits_naming_the_holder(tmp_path,
+                                                                     shared_data_dir):
+  config = write_config(tmp_path, steps=100_000, radius=1.0)
+  workdir = tmp_path / 'sweep'
+  first = launch(config, workdir)
+  deadline = time.time() + 120
+  while not (workdir / '.lock').exists() and time.time() < deadline:
+    time.sleep(0.1)
+  time.sleep(1)
+  code, _, errors = run_sweep(config, workdir)
+  assert code == 1
+  assert f'is in use by pid {first.pid} on host' in errors
+  first.send_signal(signal.SIGTERM)
+  first.communicate(timeout=120)
+  assert first.returncode == 130
+
+
+@pytest.mark.slow
+def test_after_sigkill_of_the_launcher_a_relaunch_trains_no_run_twice(tmp_path,
+                                                                      shared_data_dir):
+  config = write_config(tmp_path, steps=3000, radius=1.0)
+  workdir = tmp_path / 'sweep'
+  first = launch(config, workdir)
+  deadline = time.time() + 300
+  while time.time() < deadline and not all(
+      len(metrics_steps(workdir / f'spectral_radius={r}')) >= 3 for r in (0.5, 1.5, 1.0)):
+    time.sleep(0.2)
+  first.send_signal(signal.SIGKILL)
+  first.communicate()
+  time.sleep(1)  # the children get SIGKILL from the kernel as their parent dies
+  orphans = subprocess.run(['pgrep', '-f', f'launch.run --config={config}'],
+                           capture_output=True, text=True).stdout
+  assert orphans == ''
+  code, output, errors = run_sweep(config, workdir)
+  assert code == 0, errors
+  for radius in (0.5, 1.5, 1.0):
+    assert metrics_steps(workdir / f'spectral_radius={radius}') == [1] + list(
+        range(10, 3001, 10))
 
 
 def test_interrupted_sweep_stops_its_runs_and_resumes(tmp_path, shared_data_dir):
-  config = tmp_path / 'char_lm.py'
-  config.write_text(TINY_CONFIG.replace('steps=3', 'steps=100000').replace('-1.0', '1.0'))
+  config = write_config(tmp_path, steps=100_000, radius=1.0)
   workdir = tmp_path / 'sweep'
-  sweep_process = subprocess.Popen(
-      [sys.executable, '-m', 'launch.sweep', f'--config={config}', f'--workdir={workdir}'],
-      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  process = launch(config, workdir)
   deadline = time.time() + 120
   while not list(workdir.glob('*/metrics.jsonl')) and time.time() < deadline:
     time.sleep(0.5)
-  sweep_process.send_signal(signal.SIGTERM)
-  output, _ = sweep_process.communicate(timeout=60)
-  assert sweep_process.returncode == 130
+  process.send_signal(signal.SIGTERM)
+  output, _ = process.communicate(timeout=120)
+  assert process.returncode == 130
   assert 'interrupted: 0 of 3 runs have ended and are kept' in output
-  children = subprocess.run(['pgrep', '-f', f'--group={workdir}'], capture_output=True, text=True)
+  children = subprocess.run(['pgrep', '-f', f'launch.run --config={config}'],
+                            capture_output=True, text=True)
   assert children.stdout == ''  # no experiment process left behind
+  for radius in (0.5, 1.5, 1.0):  # each run checkpointed the step it stopped at
+    assert run_folder.saved_steps(workdir / f'spectral_radius={radius}')
+
+
+def test_a_sweep_whose_runs_all_fail_exits_non_zero_with_each_reason(tmp_path):
+  config = write_config(tmp_path, radius=1.0)
+  workdir = tmp_path / 'sweep'
+  process = subprocess.run(
+      [sys.executable, '-m', 'launch.sweep', f'--config={config}', f'--workdir={workdir}'],
+      capture_output=True, text=True, env=dict(os.environ, RNNJAX_DATA_DIR=str(tmp_path / 'no')))
+  assert process.returncode == 1
+  failed = [line for line in process.stderr.splitlines() if line.startswith('failed: ')]
+  assert len(failed) == 3
+  assert all('tinyshakespeare' in line and 'is missing' in line for line in failed)
+
+
+def test_a_misspelt_sweep_key_is_an_error_before_any_run(tmp_path):
+  config = tmp_path / 'typo.py'
+  config.write_text(TINY_CONFIG.replace('STEPS', '3').replace('RADIUS', '1.0').replace(
+      'spectral_radius=1.5', 'spectral_radus=1.5'))
+  code, _, errors = run_sweep(config, tmp_path / 'sweep')
+  assert code == 1
+  assert "get_sweep: run 1 sets ['spectral_radus'], which the config does not have" in errors
+  assert not any((tmp_path / 'sweep').glob('*/summary.json'))
+
+
+@pytest.mark.slow
+def test_classifier_and_long_range_sweeps(tmp_path, shared_data_dir):
+  classify = tmp_path / 'classify_tiny.py'
+  classify.write_text('''
+from experiments.configs.classify import get_config as base
+
+def get_config():
+  config = base()
+  config.update(max_length=16, embedding_size=8, hidden_size=8, batch_size=32, steps=20,
+                log_every=10, checkpoint_every=0)
+  return config
+
+def get_sweep():
+  return [{'cell': cell, 'last_state': last} for cell in ('elman', 'gru')
+          for last in ('true', 'padded_end')]
+''')
+  code, output, errors = run_sweep(classify, tmp_path / 'classify')
+  assert code == 0, errors
+  table = (tmp_path / 'classify' / 'results.md').read_text()
+  assert '| cell | last_state | status | test_accuracy |' in table and table in output
+  assert table.count('| finished |') == 4
+  long_range = tmp_path / 'long_range_tiny.py'
+  long_range.write_text('''
+import itertools
+from experiments.configs.long_range import get_config as base
+
+def get_config():
+  config = base()
+  config.update(steps=20, log_every=10, checkpoint_every=0, test_size=64, hidden_size=8)
+  return config
+
+def get_sweep():
+  return [{'length': t, 'recurrent_init': init, 'activation': act, 'clipping': clip,
+           'seed': seed} for t, (init, act), clip, seed in itertools.product(
+              (5, 10), (('gaussian', 'tanh'), ('identity', 'relu')), ('none', 'global_norm'),
+              (0, 1))]
+''')
+  code, output, errors = run_sweep(long_range, tmp_path / 'long_range')
+  assert code == 0, errors
+  assert '16 to train in 4 job(s)' in output  # one vmapped job per T and activation
+  over_seeds = (tmp_path / 'long_range' / 'results_over_seeds.md').read_text()
+  assert over_seeds.count('\n| ') == 2 * 2 * 2 + 1  # header + T x init x clipping
+  assert '| runs | diverged | failed | test_error median | success rate |' in over_seeds
+  heatmaps = sorted(p.name for p in (tmp_path / 'long_range').glob('heatmap_*.png'))
+  assert heatmaps == ['heatmap_clipping=global_norm.png', 'heatmap_clipping=none.png']
 
 
 def test_swept_keys_and_names():
@@ -120,15 +237,11 @@ def test_swept_keys_and_names():
 
 
 def test_default_sweep_is_the_main_job():
-  module = sweep.load_config_module(os.path.join('experiments', 'configs', 'char_lm.py'))
+  from launch import run
+  module = run.load_config_file(os.path.join('experiments', 'configs', 'char_lm.py'))
   runs = module.get_sweep()
   assert len(runs) == 20
   assert sweep.swept_keys(runs) == ['spectral_radius', 'clipping', 'truncation']
   assert sorted({r['spectral_radius'] for r in runs}) == [0.5, 0.9, 1.0, 1.1, 1.5]
   assert {r['clipping'] for r in runs} == {'none', 'global_norm'}
   assert {r['truncation'] for r in runs} == {16, 64}
-
-
-def test_missing_config_is_named(tmp_path):
-  with pytest.raises(FileNotFoundError, match='config: no config file at'):
-    sweep.load_config_module(str(tmp_path / 'nope.py'))

@@ -1,0 +1,236 @@
+"""Where a sweep's jobs run: local processes, or a Slurm cluster through submitit.
+
+A job is one vmapped group of runs: ``python -m launch.run --config=FILE
+--group=JOBFILE`` on the local machine, or the same function (``run_job``)
+in a Slurm job. Either way every run holds its own folder's lock while it
+trains, so no run ever trains twice at once, and each run's ``log.txt`` gets
+the job's output appended (never overwritten).
+
+Local: at most ``processes`` at once, each pinned to its own ``threads``
+cores (processes x threads never exceeds the cores the launcher may use) and
+killed with the launcher (Linux's parent-death signal), so no orphan goes on
+training. Slurm: one array job, at most ``array_parallelism`` tasks at once;
+a task that Slurm preempts or requeues (SIGTERM) checkpoints the step it is
+at and resumes from it when it runs again, and one warned of its time limit
+(SIGUSR2) checkpoints and requeues itself through submitit.
+"""
+
+import concurrent.futures
+import ctypes
+import datetime
+import json
+import os
+import pathlib
+import queue
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import NamedTuple
+
+import submitit
+
+
+class Job(NamedTuple):
+  """One process: the runs of a group (their folders new, or resumed)."""
+  entries: list  # [{"workdir": run folder, "overrides": {field: value}}, ...]
+
+
+def append_log(folders, text: str) -> None:
+  """Appends ``text`` to each run's log.txt; a full disk loses the log, not the sweep."""
+  for folder in folders:
+    try:
+      pathlib.Path(folder).mkdir(parents=True, exist_ok=True)
+      with open(pathlib.Path(folder) / 'log.txt', 'a') as log:
+        log.write(text)
+    except OSError:
+      pass
+
+
+def reason(output: str) -> str:
+  """The one-line reason a job's output gives for failing: its 'error:' or
+  'interrupted:' line, else its last line."""
+  lines = [line.strip() for line in output.splitlines() if line.strip()]
+  for line in reversed(lines):
+    if line.startswith(('error:', 'interrupted:')) or 'Error:' in line:
+      return line
+  return lines[-1] if lines else 'no output'
+
+
+def _child_setup(cores):
+  """Runs in the child before exec: pin it to ``cores``, and ask Linux to kill it
+  (SIGKILL) when the launcher's thread that started it dies."""
+  parent = os.getpid()  # the launcher, the child's parent
+
+  def setup():
+    os.sched_setaffinity(0, cores)
+    libc = ctypes.CDLL('libc.so.6', use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the launcher died before prctl
+      os._exit(1)
+  return setup
+
+
+class Local:
+  """Runs jobs as local processes, ``processes`` at a time, ``threads`` cores each."""
+
+  def __init__(self, config_path: str, processes: int, threads: int):
+    cores = sorted(os.sched_getaffinity(0))
+    if processes * threads > len(cores):
+      raise ValueError(f'--processes x --threads_per_run: expected at most the {len(cores)} '
+                       f'cores, got {processes} x {threads}')
+    self.config_path, self.processes = config_path, processes
+    self.slots = queue.Queue()
+    for i in range(processes):
+      self.slots.put(cores[i * threads:(i + 1) * threads])
+    self.children = set()
+    self.stopping = threading.Event()
+
+  def _run(self, number: int, job: Job):
+    """Runs one job; returns ``(returncode, reason)``."""
+    if self.stopping.is_set():
+      return None, 'not started: the sweep was interrupted'
+    folders = [entry['workdir'] for entry in job.entries]
+    job_file = pathlib.Path(tempfile.gettempdir()) / f'rnnjax_job_{os.getpid()}_{number}.json'
+    job_file.write_text(json.dumps(job.entries, indent=1))
+    command = [sys.executable, '-m', 'launch.run', f'--config={self.config_path}',
+               f'--group={job_file}']
+    cores = self.slots.get()
+    try:
+      append_log(folders, f'\n=== {datetime.datetime.now():%Y-%m-%d %H:%M:%S} launch: '
+                          f'{len(folders)} run(s) on cores {cores}: {" ".join(command)}\n')
+      process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True, preexec_fn=_child_setup(cores))
+      self.children.add(process)
+      output = []
+      for line in process.stdout:
+        output.append(line)
+        append_log(folders, line)
+      process.wait()
+      self.children.discard(process)
+    finally:
+      self.slots.put(cores)
+      job_file.unlink(missing_ok=True)
+    return process.returncode, reason(''.join(output[-50:]))
+
+  def run(self, jobs, on_end) -> None:
+    """Runs every job; calls ``on_end(job, returncode, reason)`` as each ends. On
+    KeyboardInterrupt the running jobs checkpoint and stop, the others never start."""
+    pool = concurrent.futures.ThreadPoolExecutor(self.processes)
+    try:
+      futures = {pool.submit(self._run, n, job): job for n, job in enumerate(jobs)}
+      for future in concurrent.futures.as_completed(futures):
+        on_end(futures[future], *future.result())
+    except KeyboardInterrupt:
+      self.stop()
+      raise
+    finally:
+      pool.shutdown(wait=True, cancel_futures=True)
+
+  def stop(self) -> None:
+    """Starts nothing more and asks the running jobs to checkpoint and stop (SIGTERM)."""
+    self.stopping.set()
+    for process in list(self.children):
+      process.terminate()
+
+
+def run_job(config_path: str, entries: list) -> int:
+  """A job's work inside a Slurm task: ``launch.run --group`` in this process.
+
+  SIGTERM (Slurm's preemption or ``scontrol requeue``) checkpoints the current
+  step and ends the task (Slurm runs it again, and it resumes); SIGUSR2
+  (submitit's time-limit warning) checkpoints, then hands the signal to
+  submitit, which requeues the task.
+
+  Returns:
+    0 when every run ended (finished or diverged).
+  """
+  from launch import run
+  from rnnjax.train import harness
+  from rnnjax.train import trainer
+
+  run.quiet_logs()
+  run.enable_compilation_cache()
+  config = run.load_config_file(config_path).get_config()
+  configs, folders = run.group_runs(config, entries)
+  requested = []
+  previous = {}
+  for signum in (signal.SIGTERM, signal.SIGUSR2):
+    previous[signum] = signal.signal(signum, lambda signum, frame: requested.append(signum))
+  try:
+    harness.run_group(run.experiment_module(config), configs, folders, False,
+                      lambda: bool(requested), run.provenance())
+  except trainer.Interrupted:
+    print(f'interrupted: signal {requested[0]}; checkpointed', flush=True)
+    handler = previous.get(requested[0])
+    if requested[0] == signal.SIGUSR2 and callable(handler):
+      handler(requested[0], None)  # submitit: checkpoint() and requeue
+    raise
+  return 0
+
+
+class SlurmJob(submitit.helpers.Checkpointable):
+  """A submitit callable for one job; requeued, it runs again and resumes from its
+  runs' checkpoints (``checkpoint`` resubmits the same call)."""
+
+  def __init__(self, config_path: str, entries: list):
+    self.config_path, self.entries = config_path, entries
+
+  def __call__(self) -> int:
+    return run_job(self.config_path, self.entries)
+
+
+class Slurm:
+  """Submits jobs as one Slurm array through submitit and waits for them to leave the
+  queue (``squeue``; this works without Slurm's accounting database)."""
+
+  def __init__(self, config_path: str, folder: pathlib.Path, parameters: dict,
+               poll_seconds: float = 5.0):
+    self.config_path, self.poll_seconds = config_path, poll_seconds
+    self.executor = submitit.AutoExecutor(folder=folder / 'slurm', cluster='slurm')
+    self.executor.update_parameters(**{k: v for k, v in parameters.items() if v})
+    self.submitted = []
+
+  def run(self, jobs, on_end) -> None:
+    with self.executor.batch():
+      pending = [(job, self.executor.submit(SlurmJob(self.config_path, job.entries)))
+                 for job in jobs]
+    self.submitted = [task for _, task in pending]
+    while pending:
+      time.sleep(self.poll_seconds)
+      queued = self.queued()
+      if queued is None:
+        continue
+      for job, task in list(pending):
+        if task.job_id in queued:
+          continue
+        pending.remove((job, task))
+        output = _read(task.paths.stdout) + _read(task.paths.stderr)
+        append_log([entry['workdir'] for entry in job.entries],
+                   f'\n=== Slurm job {task.job_id}\n{output}')
+        on_end(job, None, f'Slurm job {task.job_id}: {reason(output)}')
+
+  @staticmethod
+  def queued():
+    """The ids of the jobs and array tasks Slurm still holds (pending or running), or
+    None when squeue cannot be asked."""
+    try:
+      result = subprocess.run(['squeue', '-h', '-r', '-o', '%i'], capture_output=True,
+                              text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+      return None
+    return set(result.stdout.split()) if result.returncode == 0 else None
+
+  def stop(self) -> None:
+    """Cancels the submitted jobs (their runs keep their last checkpoints)."""
+    for task in self.submitted:
+      task.cancel(check=False)
+
+
+def _read(path) -> str:
+  try:
+    return pathlib.Path(path).read_text(errors='replace')
+  except OSError:
+    return ''
