@@ -161,3 +161,100 @@ def reverse_digits(key, batch_size: int, max_digits: int, min_digits: int = 1):
                     constant_values=seq2seq.PAD)
   targets = jnp.where(steps == lengths[:, None], seq2seq.EOS, targets)
   return sources.astype(jnp.int32), targets.astype(jnp.int32)
+
+
+def _pascanu_order_symbols(key, batch_size, steps, length):
+  """Symbol ids ``<int32>[B, steps]`` (-1 from ``length`` on) and classes
+  ``<int32>[B]`` of ``temporal_order_pascanu``; ``length`` may be traced."""
+  key_first, key_a, key_second, key_b, key_noise = jax.random.split(key, 5)
+  tenth, half = length // 10, length // 2  # int(.1 L) and int(.5 L) of tempOrder.py
+  first = tenth + jax.random.randint(key_first, (batch_size,), 0, tenth)
+  first_symbol = jax.random.randint(key_a, (batch_size,), 0, 2)
+  second = half + jax.random.randint(key_second, (batch_size,), 0, tenth)
+  second_symbol = jax.random.randint(key_b, (batch_size,), 0, 2)
+  symbols = jax.random.randint(key_noise, (batch_size, steps), 2, TEMPORAL_ORDER_SYMBOLS)
+  t = jnp.arange(steps)[None, :]
+  symbols = jnp.where(t == first[:, None], first_symbol[:, None], symbols)
+  symbols = jnp.where(t == second[:, None], second_symbol[:, None], symbols)
+  symbols = jnp.where(t < length, symbols, -1)
+  return symbols.astype(jnp.int32), (first_symbol + 2 * second_symbol).astype(jnp.int32)
+
+
+def temporal_order_pascanu(key, batch_size: int, length: int):
+  """The temporal-order problem exactly as Pascanu et al.'s code draws it.
+
+  Channels of the one-hot input: A = 0 and B = 1 (the two relevant symbols),
+  c, d, e, f = 2 to 5 (distractors). With n = L // 10 and m = L // 2 (equal
+  to the reference's int(L * .1) and int(L * .5) for every int L), the first
+  relevant symbol sits at a uniform step in [n, 2n), the second at one in
+  [m, m + n) (for L a multiple of 10: [L/10, 2L/10) and [5L/10, 6L/10));
+  each is A or B with probability 1/2, and every other step holds a uniform
+  distractor. The class is v0 + 2 v1 with A = 0, B = 1 (the first symbol is
+  the low bit): AA = 0, BA = 1, AB = 2, BB = 3, read after the last step.
+
+  Unlike ``temporal_order`` (Hochreiter's layout: distractors 0-3, X = 4,
+  Y = 5, class 2 first + second), and unlike the reference's own docstring,
+  which puts the first symbol in [1, L/10].
+
+  Returns:
+    ``(inputs <float32>[B, T, 6] one-hot, targets <int32>[B] in [0, 4))``,
+    batch-major (the reference is time-major ``[T, B, 6]`` with one-hot
+    targets). A uniform guess has cross-entropy ln 4 nats
+    (``TEMPORAL_ORDER_BASELINE_LOSS``).
+
+  Raises:
+    ValueError: for B < 1 or T < 10 (n >= 1 is needed).
+
+  References:
+    Pascanu, Mikolov & Bengio (2013), the temporal order problem of the
+    synthetic experiments; github.com/pascanur/trainingRNNs, tempOrder.py
+    lines 55-70.
+  """
+  _check(batch_size, length, 10)
+  symbols, classes = _pascanu_order_symbols(key, batch_size, length, length)
+  return jax.nn.one_hot(symbols, TEMPORAL_ORDER_SYMBOLS), classes
+
+
+def temporal_order_pascanu_range(key, batch_size: int, min_length: int, max_length: int):
+  """``temporal_order_pascanu`` at a length drawn per batch, as the reference loop.
+
+  One length for the whole batch, L = min_length + U{0, ..., max_length -
+  min_length - 1}: max_length itself is never drawn (``rng.randint`` of
+  RNN.py line 321, although its comment at line 473 says [min, max]); L =
+  min_length when the two are equal. All B sequences share L and are padded
+  with zero vectors (no symbol) to a static T = max(min_length, max_length
+  - 1) steps, so the function jits with static sizes; read the class from
+  the state at step L - 1 (``recurrence.scan`` with ``lengths``: its final
+  state).
+
+  Args:
+    key: a ``jax.random`` key.
+    batch_size: B >= 1 (20 in the reference).
+    min_length: >= 10 (50 in the reference).
+    max_length: >= min_length (200 in the reference).
+
+  Returns:
+    ``(inputs <float32>[B, T, 6], targets <int32>[B], lengths <int32>[B])``,
+    lengths all equal to L; inputs are one-hot for t < L and 0 after.
+
+  Raises:
+    ValueError: for B < 1, min_length < 10 or max_length < min_length.
+
+  References:
+    github.com/pascanur/trainingRNNs, RNN.py lines 318-324 and 351-356
+    (validation batches draw their lengths the same way); tempOrder.py
+    lines 55-70.
+  """
+  if not isinstance(batch_size, int) or batch_size < 1:
+    raise ValueError(f'batch_size: expected an int >= 1, got {batch_size!r}')
+  if not isinstance(min_length, int) or min_length < 10:
+    raise ValueError(f'min_length: expected an int >= 10, got {min_length!r}')
+  if not isinstance(max_length, int) or max_length < min_length:
+    raise ValueError(f'max_length: expected an int >= min_length = {min_length}, '
+                     f'got {max_length!r}')
+  steps = max(min_length, max_length - 1)
+  key_length, key_task = jax.random.split(key)
+  length = min_length + jax.random.randint(key_length, (), 0, max(max_length - min_length, 1))
+  symbols, classes = _pascanu_order_symbols(key_task, batch_size, steps, length)
+  lengths = jnp.full((batch_size,), length, jnp.int32)
+  return jax.nn.one_hot(symbols, TEMPORAL_ORDER_SYMBOLS), classes, lengths

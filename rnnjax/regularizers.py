@@ -1,0 +1,192 @@
+"""The vanishing-gradient regularizer Omega of Pascanu, Mikolov & Bengio (2013).
+
+Omega asks every Jacobian dh_t/dh_{t-1} to preserve the norm of the error
+dE/dh_t in the direction that error actually has (not in every direction).
+For the Elman cell h_t = phi(a_t), a_t = x_t W_xh + h_{t-1} W_hh + b, in
+rnnjax's row layout, h_{t-1}[i] reaches a_t[j] through W_hh[i, j], so the
+error that h_t sends back to h_{t-1} is the row vector
+
+  g_t dh_t/dh_{t-1} = (g_t * phi'(a_t)) W_hh^T,     g_t = dE/dh_t  [H],
+
+entry i being sum_j g_t[j] phi'(a_t)[j] W_hh[i, j]. With states[:, t] = h_t
+(t = 0..T-1, h_{-1} the initial state) the term of step t is the ratio
+
+  r_t = ||(g_t * phi'(a_t)) W_hh^T|| / ||g_t||,
+
+and Omega = sum_t (r_t - 1)^2 (the paper's eq. 9, its k + 1 being our t).
+The paper writes eq. 9 for its parametrization x_t = W_rec sigma(x_{t-1}) +
+..., whose Jacobian holds sigma'(x_k) of the earlier state; for the Elman form
+of the reference code and of rnnjax it holds phi'(a_t) of the later one
+(RNN.py line 197: ``d_ht[1:] * (1 - ht**2)``).
+
+Paper and reference code (github.com/pascanur/trainingRNNs, RNN.py lines
+188-217) differ; ``omega`` offers both and defaults to the code, which ran
+the paper's experiments (weight alpha = 2 there, RNN.py line 467):
+
+* ratio: the code compares squared norms, (r_t^2 - 1)^2 (lines 205-207);
+  the paper norms, (r_t - 1)^2. Both vanish at r_t = 1; near it the first
+  is about 4 (r_t - 1)^2.
+* reduction: the code takes the ratio per sequence, then the mean over all
+  kept (t, b) pairs (lines 208-209: ``mean(1).sum() / n_elems.sum()``); the
+  paper sums over t (here: then the mean over the batch).
+* every step counts, including the Jacobian into the initial state; a pair
+  (t, b) is left out where ||g_t||^2 < ``bound`` (1e-20 in the code, line
+  207: no error reaches that state, e.g. past a sequence's end) and, with
+  ``lengths``, where t >= lengths[b].
+* gradient: eq. 10 takes the immediate partial derivative, with dE/dh and
+  the states held constant; the code does the same (line 210 takes
+  ``TT.grad`` with respect to W_hh before the clone of lines 211-215 puts in
+  the states and dE/dh) and adds the result to the gradient of W_hh only
+  (line 217). ``omega`` always holds dE/dh constant (stop_gradient);
+  ``omega_value_and_grad`` holds the states constant too unless
+  ``through_states``, which lets the gradient also flow through
+  phi'(a_t) into W_xh, b and W_hh.
+
+References:
+  Pascanu, Mikolov & Bengio (2013), "On the difficulty of training recurrent
+  neural networks", section 3.3, eq. 9-10.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rnnjax import cells
+from rnnjax import recurrence
+
+RATIOS = ('squared_norm', 'norm')
+REDUCTIONS = ('mean', 'sum')
+REFERENCE_BOUND = 1e-20  # RNN.py, state['bound']: smallest ||dE/dh_t||^2 kept
+
+
+def _check_options(activation, ratio, reduction, bound):
+  if activation not in cells.ACTIVATIONS:
+    raise ValueError(f'activation: expected one of {sorted(cells.ACTIVATIONS)}, '
+                     f'got {activation!r}')
+  if ratio not in RATIOS:
+    raise ValueError(f'ratio: expected one of {RATIOS}, got {ratio!r}')
+  if reduction not in REDUCTIONS:
+    raise ValueError(f'reduction: expected one of {REDUCTIONS}, got {reduction!r}')
+  if not 0 <= bound < np.inf:
+    raise ValueError(f'bound: expected a finite value >= 0, got {bound!r}')
+
+
+def omega(w_hh, states, state_gradients, activation: str = 'tanh', lengths=None,
+          ratio: str = 'squared_norm', reduction: str = 'mean', bound: float = REFERENCE_BOUND):
+  """The regularizer Omega of an Elman network, from its states and dE/dh_t.
+
+  With g_t = dE/dh_t and phi'_t = phi'(a_t) of each sequence, the term of
+  step t is r_t = ||(g_t * phi'_t) W_hh^T|| / ||g_t|| (norms over the H
+  units; ``(g_t * phi'_t) W_hh^T`` is g_t dh_t/dh_{t-1} in the row layout),
+  raised to the power 2 (ratio='squared_norm') or 1 ('norm'), minus 1,
+  squared. A pair (t, b) is kept where ||g_t||^2 >= ``bound`` and t <
+  lengths[b]; the others contribute 0.
+
+  ``state_gradients`` pass through ``jax.lax.stop_gradient`` (eq. 10), so
+  the gradient of Omega reaches W_hh through the explicit W_hh^T and, if the
+  caller's ``states`` depend on params, through phi'_t.
+
+  Args:
+    w_hh: ``<float32>[H, H]``.
+    states: ``<float32>[B, T, H]``, h_t = phi(a_t) for t = 0..T-1.
+    state_gradients: ``<float32>[B, T, H]``, dE/dh_t (total derivatives,
+      e.g. from ``diagnostics.state_gradients``).
+    activation: phi, one of ``cells.ACTIVATIONS``; phi' is taken from the
+      states by ``cells.activation_derivative``.
+    lengths: optional ``<int>[B]``; steps t >= lengths[b] are left out.
+    ratio: 'squared_norm' (RNN.py lines 205-207) or 'norm' (eq. 9).
+    reduction: 'mean' over the kept (t, b) pairs (RNN.py line 209; 0 if none
+      is kept) or 'sum' over t, then the mean over the B sequences (eq. 9).
+    bound: pairs with ||g_t||^2 < bound are left out; 1e-20 as RNN.py.
+
+  Returns:
+    float scalar Omega >= 0, dimensionless. The gradient of r_t with
+    ratio='norm' is taken as 0 where r_t = 0.
+
+  Raises:
+    ValueError: for states not of rank 3, state_gradients of another shape,
+      w_hh not [H, H], lengths not [B], or an unknown activation, ratio or
+      reduction, or a negative bound.
+
+  References:
+    Pascanu, Mikolov & Bengio (2013), eq. 9-10; RNN.py lines 188-209 of
+    github.com/pascanur/trainingRNNs.
+  """
+  _check_options(activation, ratio, reduction, bound)
+  if jnp.ndim(states) != 3:
+    raise ValueError(f'states: expected rank 3 [B, T, H], got shape {jnp.shape(states)}')
+  batch, steps, hidden = states.shape
+  if jnp.shape(state_gradients) != states.shape:
+    raise ValueError(f'state_gradients: expected the shape of states {states.shape}, '
+                     f'got {jnp.shape(state_gradients)}')
+  if jnp.shape(w_hh) != (hidden, hidden):
+    raise ValueError(f'w_hh: expected shape [H, H] = ({hidden}, {hidden}), got {jnp.shape(w_hh)}')
+  if lengths is not None and jnp.shape(lengths) != (batch,):
+    raise ValueError(f'lengths: expected shape [B] = ({batch},), got {jnp.shape(lengths)}')
+  errors = jax.lax.stop_gradient(state_gradients)
+  sent_back = (errors * cells.activation_derivative(states, activation)) @ w_hh.T  # [B, T, H]
+  numerator = jnp.sum(sent_back ** 2, axis=-1)  # [B, T]
+  denominator = jnp.sum(errors ** 2, axis=-1)
+  kept = denominator >= bound
+  if lengths is not None:
+    kept = kept & (jnp.arange(steps)[None, :] < lengths[:, None])
+  squared_ratio = numerator / jnp.where(kept, denominator, 1.0)
+  if ratio == 'squared_norm':
+    value = squared_ratio
+  else:  # a zero ratio gets a zero gradient, not sqrt's infinite one
+    positive = squared_ratio > 0
+    value = jnp.where(positive, jnp.sqrt(jnp.where(positive, squared_ratio, 1.0)), 0.0)
+  terms = jnp.where(kept, (value - 1.0) ** 2, 0.0)
+  if reduction == 'mean':
+    return jnp.sum(terms) / jnp.maximum(jnp.sum(kept), 1)
+  return jnp.sum(terms) / batch
+
+
+def omega_value_and_grad(params, inputs, initial_state, state_gradients,
+                         activation: str = 'tanh', lengths=None, through_states: bool = False,
+                         ratio: str = 'squared_norm', reduction: str = 'mean',
+                         bound: float = REFERENCE_BOUND):
+  """Omega of an Elman network and its gradient with respect to the cell params.
+
+  The states are recomputed from ``params`` (``recurrence.scan`` of
+  ``cells.elman``) and passed to ``omega`` with ``params['W_hh']``; dE/dh_t
+  is held constant. With through_states=False (eq. 10 and RNN.py line 210)
+  the states are held constant too, so only W_hh receives a gradient
+  (through the explicit W_hh^T) and the others get zeros; with True the
+  gradient also flows through phi'(a_t) into W_xh, b (and b_hh) and W_hh.
+  A training step of MSGD-CR adds ``weight * grads`` to the loss gradient
+  of the cell params before clipping (RNN.py line 217; weight alpha = 2 there,
+  line 467, and 4 in the paper).
+
+  Args:
+    params: Elman cell params ``{'W_xh': [d, H], 'W_hh': [H, H], 'b': [H]}``
+      (+ ``'b_hh'``), as ``cells.init_elman``.
+    inputs: ``<float32>[B, T, d]``.
+    initial_state: ``<float32>[B, H]``.
+    state_gradients: ``<float32>[B, T, H]``, dE/dh_t of the loss at these
+      params (``diagnostics.state_gradients``).
+    activation: the cell's phi, one of ``cells.ACTIVATIONS``.
+    lengths: optional ``<int32>[B]``, as ``recurrence.scan`` and ``omega``.
+    through_states: let the gradient flow through the states as well.
+    ratio, reduction, bound: as ``omega``.
+
+  Returns:
+    ``(omega <float32>[], grads)`` with grads shaped as ``params``.
+
+  Raises:
+    ValueError: as ``recurrence.scan`` and ``omega``.
+
+  References:
+    Pascanu, Mikolov & Bengio (2013), eq. 10; RNN.py lines 210-217.
+  """
+  _check_options(activation, ratio, reduction, bound)
+  cell = cells.elman(activation)
+
+  def of_params(params):
+    states, _ = recurrence.scan(cell, params, inputs, initial_state, lengths)
+    if not through_states:
+      states = jax.lax.stop_gradient(states)
+    return omega(params['W_hh'], states, state_gradients, activation, lengths, ratio, reduction,
+                 bound)
+
+  return jax.value_and_grad(of_params)(params)

@@ -1,0 +1,137 @@
+"""Gradient norm clipping as Pascanu, Mikolov & Bengio (2013) ran it.
+
+The paper's algorithm 1 rescales the gradient g to the threshold c when
+||g|| > c. The reference code (github.com/pascanur/trainingRNNs, RNN.py
+lines 219-243) adds a fallback: where the global norm is NaN, infinite,
+negative or above 1e10 ("due to numerical precision issues in float32 we
+assume that we can not even trust the numbers"), the gradient of W_hh
+becomes 0.02 W_hh and every other gradient 0, so that an SGD step shrinks
+W_hh by the factor (1 - 0.02 lr) and leaves the rest alone. The reference
+sums squares in float32 (lines 219-223), which overflows to inf above a norm
+of about 1.8e19; ``global_norm`` does not, and takes the same decision since
+any such norm is above 1e10.
+
+References:
+  Pascanu, Mikolov & Bengio (2013), "On the difficulty of training recurrent
+  neural networks", section 3.2, algorithm 1; RNN.py lines 219-243.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+REFERENCE_THRESHOLD = 1.0  # RNN.py line 495, state['cutoff']
+REFERENCE_FALLBACK_FACTOR = 0.02  # RNN.py line 239
+REFERENCE_MAX_TRUSTED_NORM = 1e10  # RNN.py line 237
+
+
+def global_norm(tree) -> jax.Array:
+  """||g|| over all leaves, without overflow: m sqrt(sum (g / m)^2), m = max |g|.
+
+  The plain sum of squares overflows float32 above a norm of about 1.8e19
+  (e.g. [3e19, 4e19], norm 5e19); dividing by the largest magnitude first
+  keeps every square in [0, 1].
+
+  Args:
+    tree: a pytree of float arrays.
+
+  Returns:
+    float scalar >= 0 in the leaves' units; NaN if an entry is NaN, inf if
+    an entry is infinite (and none is NaN); 0 for an empty or all-zero tree.
+  """
+  leaves = [jnp.ravel(leaf) for leaf in jax.tree_util.tree_leaves(tree)]
+  if not leaves:
+    return jnp.zeros((), jnp.float32)
+  flat = jnp.concatenate(leaves)
+  largest = jnp.max(jnp.abs(flat), initial=0.0)
+  usable = jnp.isfinite(largest) & (largest > 0)
+  scale = jnp.where(usable, largest, 1.0)
+  norm = scale * jnp.sqrt(jnp.sum((flat / scale) ** 2))
+  return jnp.where(jnp.isfinite(largest), norm, largest)
+
+
+def clip_with_fallback(threshold: float = REFERENCE_THRESHOLD,
+                       fallback_factor: float = REFERENCE_FALLBACK_FACTOR,
+                       max_trusted_norm: float = REFERENCE_MAX_TRUSTED_NORM,
+                       recurrent_name: str = 'W_hh') -> optax.GradientTransformation:
+  """Norm clipping with the reference code's fallback, as an optax transformation.
+
+  With n = ``global_norm(updates)`` over every leaf:
+
+  * n not finite, or n > max_trusted_norm: the leaves named
+    ``recurrent_name`` become ``fallback_factor * params`` (0.02 W_hh), every
+    other leaf 0 (RNN.py lines 234-243; there is no clipping of this);
+  * else n > threshold: g <- (g / n) threshold (RNN.py lines 224-230);
+  * else g is unchanged.
+
+  Put it before ``optax.sgd(lr)``: the fallback step is then W_hh <- (1 -
+  0.02 lr) W_hh. max_trusted_norm=inf keeps only the non-finite case.
+
+  Args:
+    threshold: c > 0 (inf: no clipping, the fallback alone).
+    fallback_factor: the multiple of W_hh that replaces an untrusted gradient.
+    max_trusted_norm: norms above it are untrusted (> 0; inf allowed).
+    recurrent_name: the dict key of the recurrent weights; every leaf under
+      that key (at any depth) takes the fallback.
+
+  Returns:
+    ``optax.GradientTransformation`` whose ``update(updates, state, params)``
+    needs ``params``; its state is ``optax.EmptyState``.
+
+  Raises:
+    ValueError: for threshold or max_trusted_norm <= 0 or NaN, or a
+      fallback_factor that is not finite; at update time, for params None or
+      without a leaf named ``recurrent_name``.
+
+  References:
+    Pascanu, Mikolov & Bengio (2013), algorithm 1; RNN.py lines 219-243.
+  """
+  for name, value in (('threshold', threshold), ('max_trusted_norm', max_trusted_norm)):
+    if not value > 0:
+      raise ValueError(f'{name}: expected a value > 0 (inf allowed), got {value!r}')
+  if not np.isfinite(fallback_factor):
+    raise ValueError(f'fallback_factor: expected a finite value, got {fallback_factor!r}')
+
+  def is_recurrent(path):
+    return any(getattr(entry, 'key', None) == recurrent_name for entry in path)
+
+  def init(params):
+    del params
+    return optax.EmptyState()
+
+  def update(updates, state, params=None):
+    if params is None:
+      raise ValueError('params: expected the current params (the fallback replaces the '
+                       f'gradient of {recurrent_name!r} by a multiple of it), got None')
+    paths = [path for path, _ in jax.tree_util.tree_leaves_with_path(params)]
+    if not any(is_recurrent(path) for path in paths):
+      raise ValueError(f'recurrent_name: expected a leaf named {recurrent_name!r} in params, '
+                       f'found none among {[jax.tree_util.keystr(p) for p in paths]}')
+    norm = global_norm(updates)
+    untrusted = ~jnp.isfinite(norm) | (norm > max_trusted_norm)
+    clip = norm > threshold
+    divisor = jnp.where(clip, norm, 1.0)
+
+    def one_leaf(path, g, p):
+      fallback = fallback_factor * p if is_recurrent(path) else jnp.zeros_like(g)
+      clipped = jnp.where(clip, (g / divisor) * threshold, g)  # g / n <= 1: no underflow
+      return jnp.where(untrusted, fallback, clipped).astype(g.dtype)
+
+    return jax.tree_util.tree_map_with_path(one_leaf, updates, params), state
+
+  return optax.GradientTransformation(init, update)
+
+
+def clipped_sgd(learning_rate: float, threshold: float = REFERENCE_THRESHOLD
+                ) -> optax.GradientTransformation:
+  """The paper's MSGD-C step: ``clip_with_fallback(threshold)``, then SGD
+  without momentum (learning rate 0.01 in RNN.py line 469).
+
+  Raises:
+    ValueError: for learning_rate <= 0 or not finite, or as
+      ``clip_with_fallback``.
+  """
+  if not 0 < learning_rate < np.inf:
+    raise ValueError(f'learning_rate: expected a finite value > 0, got {learning_rate!r}')
+  return optax.chain(clip_with_fallback(threshold), optax.sgd(learning_rate))

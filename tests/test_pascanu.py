@@ -1,0 +1,299 @@
+"""Pascanu, Mikolov & Bengio (2013): Omega, clipping with fallback, smart init, temporal order."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from rnnjax import cells
+from rnnjax import diagnostics
+from rnnjax import initializers
+from rnnjax import recurrence
+from rnnjax import regularizers
+from rnnjax.data import synthetic
+from rnnjax.train import pascanu
+
+# The scalar cell "C1-like": h_t = tanh(0.5 x_t + 1.5 h_{t-1} - 0.25), h_{-1} = 0, x = (1, 2),
+# loss E = h_2 (the last state). By hand, in float64:
+#   a_1 = 0.5 - 0.25 = 0.25,                  h_1 = tanh(0.25) = 0.24491866240370913
+#   a_2 = 1.0 + 1.5 h_1 - 0.25 = 1.1173779936055637,  h_2 = tanh(a_2) = 0.8066549645295868
+#   phi'_1 = 1 - h_1^2 = 0.940014848806378,   phi'_2 = 1 - h_2^2 = 0.34930776819977094
+#   g_2 = dE/dh_2 = 1,  g_1 = dE/dh_1 = g_2 phi'_2 w = 0.5239616522996564
+# With H = 1 the ratio r_t = |g_t phi'_t w| / |g_t| = phi'_t |w|:
+#   r_1 = 0.940014848806378 * 1.5 = 1.4100222732095669
+#   r_2 = 0.34930776819977094 * 1.5 = 0.5239616522996564
+# Reference code (squared norms, mean over the 2 kept pairs):
+#   ((r_1^2 - 1)^2 + (r_2^2 - 1)^2) / 2 = (0.9764657409388234 + 0.5262982865026464) / 2
+#                                         = 0.751382013720735
+# Paper, eq. 9 (norms, sum over t, batch of 1):
+#   (r_1 - 1)^2 + (r_2 - 1)^2 = 0.16811826452794068 + 0.2266125084812732 = 0.3947307730092139
+
+
+def test_omega_scalar_cell_equals_hand_computation():
+  params = {'W_xh': jnp.array([[0.5]]), 'W_hh': jnp.array([[1.5]]), 'b': jnp.array([-0.25])}
+  inputs = jnp.array([[[1.0], [2.0]]])  # [B = 1, T = 2, d = 1]
+  initial = jnp.zeros((1, 1))
+
+  @jax.jit
+  def compute(params):
+    cell = cells.elman('tanh')
+    states, _ = recurrence.scan(cell, params, inputs, initial)
+    _, grads = diagnostics.state_gradients(cell, params, inputs, initial,
+                                           lambda s: jnp.sum(s[:, -1, 0]))
+    w = params['W_hh']
+    return states, grads, {
+        'code': regularizers.omega(w, states, grads),
+        'paper': regularizers.omega(w, states, grads, ratio='norm', reduction='sum'),
+        'norm_mean': regularizers.omega(w, states, grads, ratio='norm'),
+        'nothing_kept': regularizers.omega(w, states, jnp.zeros_like(grads)),
+        'by_params': regularizers.omega_value_and_grad(params, inputs, initial, grads)[0]}
+
+  states, grads, omegas = compute(params)
+  np.testing.assert_allclose(states[0, :, 0], [0.24491866240370913, 0.8066549645295868],
+                             rtol=1e-6)
+  np.testing.assert_allclose(grads[0, :, 0], [0.5239616522996564, 1.0], rtol=1e-6)
+  np.testing.assert_allclose(omegas['code'], 0.751382013720735, rtol=1e-5)
+  np.testing.assert_allclose(omegas['paper'], 0.3947307730092139, rtol=1e-5)
+  np.testing.assert_allclose(omegas['norm_mean'], 0.3947307730092139 / 2, rtol=1e-5)
+  np.testing.assert_allclose(omegas['by_params'], 0.751382013720735, rtol=1e-5)
+  # No kept pair (every dE/dh_t is 0): 0, where the reference code divides 0 by 0.
+  assert float(omegas['nothing_kept']) == 0.0
+
+
+@pytest.mark.parametrize('activation', ['tanh', 'relu'])
+def test_omega_equals_explicit_jacobians(activation):
+  # r_t from the full Jacobian J[j, i] = dh_t[j]/dh_{t-1}[i] of the cell (jax.jacobian),
+  # independent of the row-layout formula; pairs past lengths or with g_t = 0 are left out.
+  batch, steps, d, hidden = 2, 4, 2, 3
+  rng = np.random.default_rng(1)
+  params = {'W_xh': rng.normal(size=(d, hidden)), 'W_hh': 0.8 * rng.normal(size=(hidden, hidden)),
+            'b': rng.normal(size=hidden)}
+  params = {k: jnp.asarray(v, jnp.float32) for k, v in params.items()}
+  inputs = jnp.asarray(rng.normal(size=(batch, steps, d)), jnp.float32)
+  initial = jnp.full((batch, hidden), 0.3)
+  errors = rng.normal(size=(batch, steps, hidden)).astype(np.float32)
+  errors[0, 1] = 0.0  # no error reaches this state: left out
+  lengths = np.array([4, 3])
+  cell = cells.elman(activation)
+
+  @jax.jit
+  def compute(errors, lengths):
+    states, _ = recurrence.scan(cell, params, inputs, initial)
+    previous = jnp.concatenate([initial[:, None], states[:, :-1]], axis=1)  # h_{t-1}
+    one_step = jax.jacobian(lambda h, x: cell(params, h, x)[0])
+    omegas = {(ratio, reduction): regularizers.omega(params['W_hh'], states, errors, activation,
+                                                     lengths, ratio, reduction)
+              for ratio in regularizers.RATIOS for reduction in regularizers.REDUCTIONS}
+    return jax.vmap(jax.vmap(one_step))(previous, inputs), omegas  # [B, T, H, H]
+
+  jacobians, omegas = compute(errors, lengths)
+  jacobians = np.asarray(jacobians, np.float64)
+  assert (jacobians != 0).mean() > 0.5  # not a degenerate (all-dead relu) case
+  terms = {'squared_norm': [], 'norm': []}
+  for b in range(batch):
+    for t in range(lengths[b]):
+      if not errors[b, t].any():
+        continue
+      ratio = np.linalg.norm(errors[b, t] @ jacobians[b, t]) / np.linalg.norm(errors[b, t])
+      terms['squared_norm'].append((ratio ** 2 - 1) ** 2)
+      terms['norm'].append((ratio - 1) ** 2)
+  assert len(terms['norm']) == 6
+  for ratio, values in terms.items():
+    np.testing.assert_allclose(omegas[ratio, 'mean'], np.mean(values), rtol=1e-5)
+    np.testing.assert_allclose(omegas[ratio, 'sum'], np.sum(values) / batch, rtol=1e-5)
+
+
+# (through_states, ratio) of omega_value_and_grad
+VARIANTS = ((False, 'squared_norm'), (True, 'squared_norm'), (True, 'norm'))
+
+
+def test_omega_gradient_equals_central_differences():
+  with jax.enable_x64(True):
+    batch, steps, d, hidden = 2, 3, 2, 2
+    rng = np.random.default_rng(0)
+    host = {'W_xh': rng.normal(size=(d, hidden)), 'W_hh': rng.normal(size=(hidden, hidden)),
+            'b': rng.normal(size=hidden)}
+    inputs = rng.normal(size=(batch, steps, d))
+    initial = rng.normal(size=(batch, hidden))
+    cell = cells.elman('tanh')
+
+    @jax.jit
+    def autodiff(params):
+      _, errors = diagnostics.state_gradients(cell, params, inputs, initial,
+                                              lambda s: jnp.sum(jnp.sin(s[:, -1])))
+      states, _ = recurrence.scan(cell, params, inputs, initial)
+      return errors, states, [regularizers.omega_value_and_grad(
+          params, inputs, initial, errors, through_states=through, ratio=ratio)
+                              for through, ratio in VARIANTS]
+
+    errors, fixed_states, results = autodiff(host)
+
+    @jax.jit
+    def omegas_at(p):  # dE/dh_t held at its value at the base params, as eq. 10
+      states = recurrence.scan(cell, p, inputs, initial)[0]
+      return jnp.stack([regularizers.omega(p['W_hh'], states if through else fixed_states,
+                                           errors, ratio=ratio) for through, ratio in VARIANTS])
+
+    values = np.asarray(omegas_at(host))
+    assert values.dtype == np.float64
+    step = 1e-6
+    numeric = {name: np.zeros((len(VARIANTS),) + array.shape) for name, array in host.items()}
+    for name, array in host.items():
+      for index in np.ndindex(array.shape):
+        shifted = [array.copy(), array.copy()]
+        shifted[0][index] += step
+        shifted[1][index] -= step
+        plus, minus = (np.asarray(omegas_at(dict(host, **{name: a}))) for a in shifted)
+        numeric[name][(slice(None),) + index] = (plus - minus) / (2 * step)
+    for i, (through, ratio) in enumerate(VARIANTS):
+      value, grads = results[i]
+      np.testing.assert_allclose(value, values[i], rtol=1e-12)
+      for name in host:
+        np.testing.assert_allclose(grads[name], numeric[name][i], rtol=1e-6, atol=1e-9,
+                                   err_msg=f'{name}, through_states={through}, ratio={ratio}')
+      assert np.abs(grads['W_hh']).max() > 1e-3
+      for name in ('W_xh', 'b'):  # through the states only
+        assert (np.abs(grads[name]).max() > 1e-3) == through
+
+
+def test_omega_errors():
+  w, states = jnp.eye(2), jnp.zeros((1, 3, 2))
+  with pytest.raises(ValueError, match=r'state_gradients: expected the shape of states'):
+    regularizers.omega(w, states, jnp.zeros((1, 3, 3)))
+  with pytest.raises(ValueError, match=r"w_hh: expected shape \[H, H\] = \(2, 2\)"):
+    regularizers.omega(jnp.eye(3), states, states)
+  with pytest.raises(ValueError, match=r'ratio: expected one of'):
+    regularizers.omega(w, states, states, ratio='cube')
+  with pytest.raises(ValueError, match=r'activation: expected one of'):
+    regularizers.omega(w, states, states, activation='sigmoid')
+
+
+REFERENCE_CLIP = pascanu.clip_with_fallback()
+REFERENCE_CLIP_UPDATE = jax.jit(REFERENCE_CLIP.update)
+SGD = pascanu.clipped_sgd(0.01)
+SGD_UPDATE = jax.jit(SGD.update)
+
+
+def model_params():
+  return {'cell': {'W_xh': jnp.full((2, 2), 0.5), 'W_hh': jnp.array([[1.0, -2.0], [3.0, 4.0]]),
+                   'b': jnp.ones(2)},
+          'head': {'W': jnp.ones((2, 3)), 'b': jnp.ones(3)}}
+
+
+@pytest.mark.parametrize('bad', [np.nan, np.inf, 2e10])
+def test_fallback_replaces_untrusted_gradient_by_002_w_hh(bad):
+  # RNN.py lines 234-243: a NaN, infinite or > 1e10 norm gives 0.02 W_hh for W_hh and 0 elsewhere.
+  params = model_params()
+  grads = jax.tree_util.tree_map(jnp.ones_like, params)
+  grads['head']['W'] = grads['head']['W'].at[0, 1].set(bad)
+  updates, _ = REFERENCE_CLIP_UPDATE(grads, REFERENCE_CLIP.init(params), params)
+  np.testing.assert_allclose(updates['cell']['W_hh'], [[0.02, -0.04], [0.06, 0.08]], rtol=1e-6)
+  for path, leaf in jax.tree_util.tree_leaves_with_path(updates):
+    if 'W_hh' not in jax.tree_util.keystr(path):
+      np.testing.assert_array_equal(leaf, 0.0)
+  # One MSGD-C step at lr 0.01: W_hh <- (1 - 0.01 * 0.02) W_hh, everything else unchanged.
+  new = optax.apply_updates(params, SGD_UPDATE(grads, SGD.init(params), params)[0])
+  np.testing.assert_allclose(new['cell']['W_hh'], 0.9998 * params['cell']['W_hh'], rtol=1e-6)
+  np.testing.assert_array_equal(new['head']['W'], params['head']['W'])
+
+
+def test_clipping_rescales_huge_norm_without_overflow():
+  grads = {'W_hh': jnp.array([3e19, 4e19], jnp.float32)}
+  params = {'W_hh': jnp.array([1.0, 2.0])}
+  assert not np.isfinite(jnp.sqrt(jnp.sum(grads['W_hh'] ** 2)))  # the naive norm overflows
+  np.testing.assert_allclose(pascanu.global_norm(grads), 5e19, rtol=1e-6)
+  trusting = pascanu.clip_with_fallback(threshold=1.0, max_trusted_norm=np.inf)
+  out, _ = jax.jit(trusting.update)(grads, trusting.init(params), params)
+  np.testing.assert_allclose(out['W_hh'], [0.6, 0.8], rtol=1e-6)
+  # The reference's own rule (norm > 1e10 is untrusted) takes the fallback instead.
+  reference = pascanu.clip_with_fallback()
+  out, _ = reference.update(grads, reference.init(params), params)
+  np.testing.assert_allclose(out['W_hh'], [0.02, 0.04], rtol=1e-6)
+  out, _ = reference.update({'W_hh': jnp.array([3.0, 4.0])}, None, params)
+  np.testing.assert_allclose(out['W_hh'], [0.6, 0.8], rtol=1e-6)
+  small = {'W_hh': jnp.array([0.3, -0.4])}
+  out, _ = reference.update(small, None, params)
+  np.testing.assert_array_equal(out['W_hh'], small['W_hh'])
+
+
+def test_clipping_errors():
+  with pytest.raises(ValueError, match=r'threshold: expected a value > 0'):
+    pascanu.clip_with_fallback(threshold=0.0)
+  clip = pascanu.clip_with_fallback()
+  with pytest.raises(ValueError, match=r'params: expected the current params'):
+    clip.update({'W_hh': jnp.ones(2)}, None)
+  with pytest.raises(ValueError, match=r"recurrent_name: expected a leaf named 'W_hh'"):
+    clip.update({'W': jnp.ones(2)}, None, {'W': jnp.ones(2)})
+
+
+def test_sparse_at_radius_has_15_nonzeros_per_row_and_radius_095(key):
+  w = jax.jit(initializers.sparse_at_radius, static_argnums=(1, 2, 3))(key, 50, 15, 0.95)
+  assert w.shape == (50, 50) and w.dtype == jnp.float32
+  np.testing.assert_array_equal(np.count_nonzero(np.asarray(w), axis=1), 15)
+  assert np.count_nonzero(np.asarray(w), axis=0).std() > 0  # per column it varies
+  rho = np.max(np.abs(np.linalg.eigvals(np.asarray(w, np.float64))))
+  np.testing.assert_allclose(rho, 0.95, atol=1e-5)
+  for bad in (0, 51):
+    with pytest.raises(ValueError, match=r'nonzeros: expected an int in \[1, H\] = \[1, 50\]'):
+      initializers.sparse_at_radius(key, 50, nonzeros=bad)
+
+
+def check_temporal_order(inputs, targets, length):
+  """Asserts the layout of ``temporal_order_pascanu`` for one length, on host arrays."""
+  inputs, targets = np.asarray(inputs), np.asarray(targets)
+  n, m = int(length * .1), int(length * .5)  # tempOrder.py lines 57, 59
+  np.testing.assert_array_equal(inputs.sum(-1), 1.0)  # one-hot rows
+  symbols = inputs.argmax(-1)
+  marked = symbols < 2  # channels 0 (A) and 1 (B)
+  steps = np.arange(length)
+  in_first = (steps >= n) & (steps < 2 * n)
+  in_second = (steps >= m) & (steps < m + n)
+  np.testing.assert_array_equal(marked[:, in_first].sum(1), 1)
+  np.testing.assert_array_equal(marked[:, in_second].sum(1), 1)
+  assert not marked[:, ~(in_first | in_second)].any()  # distractors 2-5 everywhere else
+  first = symbols[:, in_first][marked[:, in_first]]
+  second = symbols[:, in_second][marked[:, in_second]]
+  np.testing.assert_array_equal(targets, first + 2 * second)  # AA 0, BA 1, AB 2, BB 3
+  return steps[marked.argmax(1)], symbols
+
+
+def test_temporal_order_pascanu_layout(key):
+  length = 50
+  inputs, targets = jax.jit(synthetic.temporal_order_pascanu, static_argnums=(1, 2))(
+      key, 2000, length)
+  assert inputs.shape == (2000, length, 6) and inputs.dtype == jnp.float32
+  assert targets.shape == (2000,) and targets.dtype == jnp.int32
+  first_steps, symbols = check_temporal_order(inputs, targets, length)
+  # L = 50: the windows are [L/10, 2L/10) = [5, 10) and [5L/10, 6L/10) = [25, 30), all drawn.
+  assert set(first_steps.tolist()) == set(range(5, 10))
+  assert set(np.asarray(targets).tolist()) == {0, 1, 2, 3}
+  assert set(np.unique(symbols[symbols >= 2]).tolist()) == {2, 3, 4, 5}
+  # Usable under vmap (traced only: compiling a vmapped random draw is slow on CPU).
+  shapes = jax.eval_shape(jax.vmap(lambda k: synthetic.temporal_order_pascanu(k, 3, length)),
+                          jax.random.split(key, 4))
+  assert [s.shape for s in shapes] == [(4, 3, length, 6), (4, 3)]
+
+
+def test_temporal_order_pascanu_windows_and_errors():
+  # int(.1 L) of tempOrder.py equals L // 10 for every length: [n, 2n) with n = floor(L / 10).
+  assert all(int(length * .1) == length // 10 for length in range(10, 5000))
+  with pytest.raises(ValueError, match=r'length: expected an int T >= 10'):
+    synthetic.temporal_order_pascanu(jax.random.key(0), 2, 9)
+  with pytest.raises(ValueError, match=r'min_length: expected an int >= 10'):
+    synthetic.temporal_order_pascanu_range(jax.random.key(0), 2, 9, 20)
+  with pytest.raises(ValueError, match=r'max_length: expected an int >= min_length = 20'):
+    synthetic.temporal_order_pascanu_range(jax.random.key(0), 2, 20, 19)
+
+
+def test_temporal_order_pascanu_range_draws_lengths_as_reference():
+  draw = jax.jit(synthetic.temporal_order_pascanu_range, static_argnums=(1, 2, 3))
+  batches = [draw(jax.random.key(seed), 8, 10, 14) for seed in range(60)]
+  inputs, targets, lengths = (np.stack([np.asarray(b[i]) for b in batches]) for i in range(3))
+  assert inputs.shape == (60, 8, 13, 6)  # padded to max_length - 1 steps
+  assert set(lengths.ravel().tolist()) == {10, 11, 12, 13}  # max_length 14 excluded, RNN.py 321
+  assert (lengths == lengths[:, :1]).all()  # one length per batch
+  for batch in range(60):
+    length = int(lengths[batch, 0])
+    check_temporal_order(inputs[batch, :, :length], targets[batch], length)
+    np.testing.assert_array_equal(inputs[batch, :, length:], 0.0)
