@@ -6,11 +6,18 @@ plain dicts of arrays in the row-vector layout of d2l (seed note 002):
 
   h_t = phi(x_t W_xh + h_{t-1} W_hh + b)          (Elman 1990, "SRN")
 
-Shapes: ``x <float32>[B, d]``, ``carry = h <float32>[B, H]``,
+Shapes: ``x [B, d]``, ``carry = h [B, H]`` (float32 by default),
 ``W_xh [d, H]``, ``W_hh [H, H]``, ``b [H]``. GRU and LSTM cells keep the same
 signature and PyTorch's gate order. Every ``init_*`` takes ``biases``: 1 (one
 bias per block, d2l's count h(d + h + 1)) or 2 (PyTorch's input and hidden
 biases, h(d + h + 2) per block; seed note 002, "Formulas").
+
+Every cell computes in its params' floating dtype: ``x`` and the carry are
+cast to it and the new carry comes back in it (the rule of every path,
+``rnnjax.recurrence``). Each cell checks, before any work, that ``x`` has d
+features and that the carry is the kind it carries (Elman, GRU: one array;
+LSTM: an ``(h, c)`` pair) with the batch axes of ``x`` and H units, and raises
+a ValueError naming ``inputs`` or ``initial_state`` otherwise.
 """
 
 import functools
@@ -19,36 +26,85 @@ import jax
 import jax.numpy as jnp
 
 from rnnjax import initializers
+from rnnjax import recurrence
 
 ACTIVATIONS = {'tanh': jnp.tanh, 'relu': jax.nn.relu, 'linear': lambda a: a}
 
 RECURRENT_INITS = ('gaussian', 'orthogonal', 'identity', 'uniform')
 
 
+def _shapes(carry):
+  """The kind and shape(s) of a carry, for messages."""
+  if isinstance(carry, (tuple, list)):
+    return f'a {type(carry).__name__} of {len(carry)}: {[getattr(c, "shape", c) for c in carry]}'
+  return f'one array of shape {carry.shape}' if hasattr(carry, 'shape') else repr(carry)
+
+
+def check_step(name, params, carry, x_shape, weights, pair=False):
+  """Checks one step's input shape and carry against a cell's params, before any work.
+
+  Args:
+    name: the cell, for messages ('elman', 'gru', 'lstm').
+    params: the cell's params.
+    carry: one ``[..., H]`` array, or with ``pair`` an ``(h, c)`` pair of them.
+    x_shape: the shape of one step's input, ``[..., d]``.
+    weights: the names of the input and the recurrent weight (``[d, G H]``,
+      ``[H, G H]``).
+    pair: the cell carries an ``(h, c)`` pair (LSTM).
+
+  Raises:
+    ValueError: naming ``inputs`` (last axis not d) or ``initial_state`` (not
+      the cell's kind, last axis not H, or batch axes other than those of the
+      input), with the expected and the given shape.
+  """
+  x_shape = tuple(x_shape)
+  input_size, hidden_size = params[weights[0]].shape[0], params[weights[1]].shape[0]
+  if x_shape[-1:] != (input_size,):
+    raise ValueError(f'inputs: expected last axis d = {input_size} ({weights[0]} is '
+                     f'{list(params[weights[0]].shape)}), got shape {x_shape} per step')
+  is_pair = (isinstance(carry, (tuple, list)) and len(carry) == 2
+             and all(hasattr(c, 'shape') for c in carry))
+  if not (is_pair if pair else hasattr(carry, 'shape')):
+    kind = 'an (h, c) pair of [B, H] arrays' if pair else 'one [B, H] array'
+    raise ValueError(f'initial_state: expected {kind} for the {name} cell (H = {hidden_size}), '
+                     f'got {_shapes(carry)}')
+  for state in carry if pair else (carry,):
+    if state.shape[-1:] != (hidden_size,):
+      raise ValueError(f'initial_state: expected last axis H = {hidden_size}, '
+                       f'got shape {state.shape}')
+    if state.shape[:-1] != x_shape[:-1]:
+      raise ValueError(f'initial_state: expected shape {x_shape[:-1] + (hidden_size,)} (the '
+                       f'batch axes of the inputs, then H), got shape {state.shape}')
+
+
+def _in_params_dtype(params, x, carry):
+  """``(x, carry)`` cast to the params' dtype (``recurrence.compute_dtype``)."""
+  return recurrence.cast_floating((x, carry), recurrence.compute_dtype(params))
+
+
 def elman_cell(params, carry, x, activation: str = 'tanh'):
-  """One step of the Elman network.
+  """One step of the Elman network, in the params' dtype.
 
   Args:
     params: ``{'W_xh': [d, H], 'W_hh': [H, H], 'b': [H]}``.
-    carry: ``h_{t-1} <float32>[B, H]`` (or ``[H]``).
-    x: ``x_t <float32>[B, d]`` (or ``[d]``).
+    carry: ``h_{t-1} [B, H]`` (or ``[H]``).
+    x: ``x_t [B, d]`` (or ``[d]``).
     activation: 'tanh', 'relu' or 'linear' (the last for closed-form tests).
 
   Returns:
-    ``(h_t, h_t)``: the new state, once as carry and once as output.
+    ``(h_t, h_t)``: the new state, once as carry and once as output, in the
+    params' dtype.
 
   Raises:
-    ValueError: if the last axis of ``x`` is not d or that of ``carry`` not H.
+    ValueError: as ``check_step``: the last axis of ``x`` not d, a carry that
+      is not one array, of last axis other than H or batch axes other than
+      those of ``x``; params of two floating dtypes.
 
   References:
     Elman (1990), "Finding Structure in Time"; seed notes 000 to 002.
   """
-  input_size, hidden_size = params['W_xh'].shape
-  if x.shape[-1] != input_size:
-    raise ValueError(f'inputs: expected last axis d = {input_size} (W_xh is '
-                     f'[{input_size}, {hidden_size}]), got shape {x.shape} per step')
-  if carry.shape[-1] != hidden_size:
-    raise ValueError(f'initial_state: expected last axis H = {hidden_size}, got shape {carry.shape}')
+  check_step('elman', params, carry, x.shape, ('W_xh', 'W_hh'))
+  x, carry = _in_params_dtype(params, x, carry)
   h = ACTIVATIONS[activation](x @ params['W_xh'] + carry @ params['W_hh'] + bias(params))
   return h, h
 
@@ -157,7 +213,7 @@ def _gate_preactivations(params, x, h):
 
 
 def gru_cell(params, carry, x):
-  """One GRU step, PyTorch's equations and gate order (r, z, n).
+  """One GRU step, PyTorch's equations and gate order (r, z, n), in the params' dtype.
 
     r = sigmoid(x W_xr + b_r + h W_hr + b_hr)       reset gate
     z = sigmoid(x W_xz + b_z + h W_hz + b_hz)       update gate
@@ -166,15 +222,22 @@ def gru_cell(params, carry, x):
 
   Args:
     params: ``{'W_x': [d, 3H], 'W_h': [H, 3H], 'b': [3H]}`` (+ ``'b_hh': [3H]``).
-    carry: ``h <float32>[B, H]``.
-    x: ``<float32>[B, d]``.
+    carry: ``h [B, H]``.
+    x: ``[B, d]``.
 
   Returns:
-    ``(h', h')``.
+    ``(h', h')`` in the params' dtype.
+
+  Raises:
+    ValueError: as ``check_step`` (x not of d features; a carry that is not
+      one array of the batch axes of x and H units); params of two floating
+      dtypes.
 
   References:
     Cho et al. (2014); d2l 10.2 (seed note 002); torch.nn.GRU's documentation.
   """
+  check_step('gru', params, carry, x.shape, ('W_x', 'W_h'))
+  x, carry = _in_params_dtype(params, x, carry)
   from_input, from_state = _gate_preactivations(params, x, carry)
   input_r, input_z, input_n = jnp.split(from_input, 3, axis=-1)
   state_r, state_z, state_n = jnp.split(from_state, 3, axis=-1)
@@ -186,23 +249,29 @@ def gru_cell(params, carry, x):
 
 
 def lstm_cell(params, carry, x):
-  """One LSTM step, PyTorch's gate order (i, f, g, o); carry ``(h, c)``.
+  """One LSTM step, PyTorch's gate order (i, f, g, o); carry ``(h, c)``; in the params' dtype.
 
     i, f, o = sigmoid(.), g = tanh(.)  of  x W_x + b + h W_h (+ b_hh)
     c' = f * c + i * g,   h' = o * tanh(c')
 
   Args:
     params: ``{'W_x': [d, 4H], 'W_h': [H, 4H], 'b': [4H]}`` (+ ``'b_hh': [4H]``).
-    carry: ``(h, c)``, each ``<float32>[B, H]``.
-    x: ``<float32>[B, d]``.
+    carry: ``(h, c)``, each ``[B, H]``.
+    x: ``[B, d]``.
 
   Returns:
-    ``((h', c'), h')``.
+    ``((h', c'), h')`` in the params' dtype.
+
+  Raises:
+    ValueError: as ``check_step`` (x not of d features; a carry that is not an
+      (h, c) pair of arrays of the batch axes of x and H units); params of two
+      floating dtypes.
 
   References:
     Hochreiter & Schmidhuber (1997); d2l 10.1 (seed note 002).
   """
-  h, c = carry
+  check_step('lstm', params, carry, x.shape, ('W_x', 'W_h'), pair=True)
+  x, (h, c) = _in_params_dtype(params, x, carry)
   from_input, from_state = _gate_preactivations(params, x, h)
   i, f, g, o = jnp.split(from_input + from_state, 4, axis=-1)
   c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)

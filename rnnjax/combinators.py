@@ -12,6 +12,13 @@ Params of a stack are a list over layers of a list over directions
 States (initial and final) are pytrees whose leaves are
 ``[layers, directions, B, H]`` (LSTM: the pair ``(h, c)``, each so).
 This is PyTorch's ``h_n [layers * directions, B, H]`` reshaped.
+
+Inputs follow the rules of ``rnnjax.recurrence`` (its module docstring),
+checked before any work: every layer computes in the params' one floating
+dtype (inputs and initial state are cast to it; outputs and finals come back
+in it), lengths may be a list, the inputs of padded steps are zeroed before
+any cell reads them (NaN or inf in padding reaches no output or gradient),
+and T = 0 or B = 0 are valid.
 """
 
 import functools
@@ -98,17 +105,23 @@ def bidirectional(layer, params, inputs, initial_state, lengths=None):
 
   Args:
     layer: a layer function (``layer_for``).
-    params: ``[forward_params, backward_params]``.
-    inputs: ``<float32>[B, T, d]``.
+    params: ``[forward_params, backward_params]``, one floating dtype, the
+      dtype the layer computes in.
+    inputs: ``<float>[B, T, d]``.
     initial_state: leaves ``[2, B, H]`` (direction first).
-    lengths: optional ``<int32>[B]``.
+    lengths: optional ``<int>[B]`` (an array or a list).
 
   Returns:
-    ``(outputs <float32>[B, T, 2H], final)``: outputs hold the forward
-    state then the backward state of each step (zero at padding); final
-    leaves are ``[2, B, H]``: the forward state at ``lengths - 1`` and the
-    backward state at t = 0.
+    ``(outputs [B, T, 2H], final)`` in the params' dtype: outputs hold the
+    forward state then the backward state of each step (zero at padding);
+    final leaves are ``[2, B, H]``: the forward state at ``lengths - 1`` and
+    the backward state at t = 0.
+
+  Raises:
+    ValueError: for params of two floating dtypes, or as the layer
+      (``recurrence.scan``, ``fused.elman_layer``).
   """
+  recurrence.compute_dtype(params)  # both directions compute in one dtype
   outputs, finals = [], []
   for direction, direction_params in enumerate(params):
     state = jax.tree_util.tree_map(lambda s, k=direction: s[k], initial_state)
@@ -130,24 +143,27 @@ def stack(layer, params, inputs, initial_state, lengths=None, dropout_rate: floa
 
   Args:
     layer: a layer function (``layer_for``).
-    params: ``[layers][directions]`` cell params (``init_stack``).
-    inputs: ``<float32>[B, T, d]``.
-    initial_state: leaves ``[layers, directions, B, H]`` (``zero_state``).
-    lengths: optional ``<int32>[B]``, values in [0, T].
+    params: ``[layers][directions]`` cell params (``init_stack``), all of
+      one floating dtype, the dtype the stack computes in.
+    inputs: ``<float>[B, T, d]``, cast to the params' dtype.
+    initial_state: leaves ``[layers, directions, B, H]`` (``zero_state``),
+      cast to the params' dtype.
+    lengths: optional ``<int>[B]`` (an array or a list), values in [0, T].
     dropout_rate: p in [0, 1); 0 (default) or key None: no dropout.
     key: ``jax.random`` key for dropout.
 
   Returns:
-    ``(outputs <float32>[B, T, directions * H], final)``: the last layer's
-    outputs (zero at padding) and final states with leaves
+    ``(outputs [B, T, directions * H], final)`` in the params' dtype: the
+    last layer's outputs (zero at padding) and final states with leaves
     ``[layers, directions, B, H]`` (backward direction: the state at t = 0).
 
   Raises:
     ValueError: for a dropout rate outside [0, 1), params that are not
-      ``[layers][directions]`` with one or two directions, inputs not of
-      rank 3 or not of the first layer's d, or an initial state of another
-      layout (an (h, c) pair for LSTM only; rank, layers, directions, B, or H
-      where the cell's params give it).
+      ``[layers][directions]`` with one or two directions or not of one
+      floating dtype, inputs not of rank 3 or not of the first layer's d, an
+      initial state of another layout (an (h, c) pair for LSTM only; rank,
+      layers, directions, B, or H where the cell's params give it), or
+      lengths as ``recurrence.scan``.
   """
   if not 0 <= dropout_rate < 1:
     raise ValueError(f'dropout_rate: expected a value in [0, 1), got {dropout_rate!r}')
@@ -155,6 +171,7 @@ def stack(layer, params, inputs, initial_state, lengths=None, dropout_rate: floa
   if not params or len(directions) != 1 or directions - {1, 2}:
     raise ValueError(f'params: expected a non-empty list over layers of lists of 1 or 2 '
                      f'directions, got directions {[len(p) for p in params]}')
+  recurrence.compute_dtype(params)  # one floating dtype, or a ValueError naming params
   if jnp.ndim(inputs) != 3:
     raise ValueError(f'inputs: expected rank 3 [B, T, d], got shape {jnp.shape(inputs)}')
   if _input_size(params[0][0]) not in (None, inputs.shape[-1]):

@@ -16,10 +16,23 @@ and ``{name}_l{l}_reverse`` is ``params[l][1]`` (``stack_from_torch``,
 ordered layer by layer, so ``h_n.reshape(layers, directions, B, H)`` is the
 combinators' ``[layers, directions, B, H]`` and ``h.reshape(-1, B, H)``
 goes back.
+
+Every converter returns float32, whatever the dtype it is given (a module
+moved to bfloat16 or float16, float64 arrays): bfloat16 and float16 values
+convert exactly, float64 ones round to nearest. Tensors are converted with
+``Tensor.float()`` first, since numpy has no bfloat16 of its own.
 """
 
 import numpy as np
 import jax.numpy as jnp
+
+
+def _float32(value):
+  """A tensor (any float dtype, bfloat16 included, any device) or an array as a float32
+  numpy array."""
+  if hasattr(value, 'detach'):  # a torch.Tensor: numpy() has no bfloat16
+    return value.detach().cpu().float().numpy()
+  return np.asarray(value, np.float32)
 
 
 def _getter(state_dict, layer, suffix):
@@ -27,9 +40,7 @@ def _getter(state_dict, layer, suffix):
     key = f'{name}_l{layer}{suffix}'
     if key not in state_dict:
       raise KeyError(f'state_dict: no entry {key!r}; it has {sorted(state_dict)}')
-    value = state_dict[key]
-    value = value.detach().cpu().numpy() if hasattr(value, 'detach') else np.asarray(value)
-    return value.astype(np.float32)
+    return _float32(state_dict[key])
   return get
 
 
@@ -37,7 +48,8 @@ def elman_from_torch(state_dict, layer: int = 0, suffix: str = ''):
   """rnnjax params of layer ``layer`` of an ``nn.RNN`` state_dict.
 
   Args:
-    state_dict: mapping of names to tensors or arrays (``module.state_dict()``).
+    state_dict: mapping of names to tensors or arrays (``module.state_dict()``)
+      of any float dtype (bfloat16 included).
     layer: the layer index l in ``weight_ih_l{l}``.
     suffix: '' for the forward direction, '_reverse' for the backward one.
 
@@ -61,9 +73,10 @@ def elman_to_torch(params, layer: int = 0, suffix: str = ''):
 
   ``b`` goes to ``bias_ih``; ``bias_hh`` is ``b_hh`` where the params have
   one, else zero, so their sum is the cell's bias. Load it with
-  ``module.load_state_dict({k: torch.from_numpy(v) ...})``.
+  ``module.load_state_dict({k: torch.from_numpy(v) ...})``. Params of any
+  float dtype give float32 arrays.
   """
-  params = {k: np.asarray(v, np.float32) for k, v in params.items()}
+  params = {k: _float32(v) for k, v in params.items()}
   return {f'weight_ih_l{layer}{suffix}': params['W_xh'].T.copy(),
           f'weight_hh_l{layer}{suffix}': params['W_hh'].T.copy(),
           f'bias_ih_l{layer}{suffix}': params['b'].copy(),
@@ -71,7 +84,8 @@ def elman_to_torch(params, layer: int = 0, suffix: str = ''):
 
 
 def gated_from_torch(state_dict, layer: int = 0, suffix: str = ''):
-  """GRU or LSTM params of one layer of an ``nn.GRU`` / ``nn.LSTM`` state_dict.
+  """GRU or LSTM params of one layer of an ``nn.GRU`` / ``nn.LSTM`` state_dict
+  (tensors or arrays of any float dtype, bfloat16 included).
 
   Returns:
     ``{'W_x': [d, G H], 'W_h': [H, G H], 'b': [G H], 'b_hh': [G H]}``.
@@ -88,7 +102,8 @@ def gated_to_torch(params, layer: int = 0, suffix: str = ''):
   """A state_dict fragment (numpy arrays) for ``nn.GRU`` / ``nn.LSTM`` holding ``params``.
 
   Args:
-    params: ``{'W_x': [d, G H], 'W_h': [H, G H], 'b': [G H]}`` (+ ``'b_hh': [G H]``).
+    params: ``{'W_x': [d, G H], 'W_h': [H, G H], 'b': [G H]}`` (+ ``'b_hh': [G H]``),
+      any float dtype.
     layer: the layer index l in ``weight_ih_l{l}``.
     suffix: '' for the forward direction, '_reverse' for the backward one.
 
@@ -98,7 +113,7 @@ def gated_to_torch(params, layer: int = 0, suffix: str = ''):
     'bias_hh_l{l}{suffix}': <float32>[G H]}``; ``bias_hh`` is zero where the
     params have no ``b_hh``.
   """
-  params = {k: np.asarray(v, np.float32) for k, v in params.items()}
+  params = {k: _float32(v) for k, v in params.items()}
   return {f'weight_ih_l{layer}{suffix}': params['W_x'].T.copy(),
           f'weight_hh_l{layer}{suffix}': params['W_h'].T.copy(),
           f'bias_ih_l{layer}{suffix}': params['b'].copy(),
@@ -130,8 +145,9 @@ def stack_from_torch(state_dict, cell: str, num_layers: int, bidirectional: bool
   arguments do not account for is an error, not silently dropped.
 
   Args:
-    state_dict: mapping of names to tensors or arrays (``module.state_dict()``);
-      values are converted to float32 numpy arrays.
+    state_dict: mapping of names to tensors or arrays (``module.state_dict()``)
+      of any float dtype (a module moved to bfloat16 too); values are
+      converted to float32 numpy arrays.
     cell: 'elman', 'gru' or 'lstm'.
     num_layers: L >= 1.
     bidirectional: two directions per layer (entries ``*_reverse``).
@@ -190,7 +206,8 @@ def stack_to_torch(params, cell: str):
   biases summed into ``bias_ih``; GRU and LSTM state_dicts come back equal.
 
   Args:
-    params: ``params[l][k]`` (``stack_from_torch``, ``combinators.init_stack``).
+    params: ``params[l][k]`` (``stack_from_torch``, ``combinators.init_stack``),
+      any float dtype.
     cell: 'elman', 'gru' or 'lstm'.
 
   Returns:

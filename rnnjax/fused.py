@@ -12,7 +12,14 @@ saved states alone:
 
 where g_t is the cotangent of output t. With ``lengths`` a step t >= length
 leaves the state unchanged and outputs zero: there da_t = 0 and the carry
-gradient passes through, G_{t-1} = G_t.
+gradient passes through, G_{t-1} = G_t. The inputs of those steps are zeroed
+before the projection (``recurrence.zero_padding``), so NaN or inf in padding
+reaches neither A_x nor dW_xh = X^T dA (where 0 * NaN would be NaN).
+
+Inputs are checked as in ``recurrence`` (its module docstring gives the rules
+every path shares): the computation runs in the params' dtype (inputs and
+initial state are cast to it), lengths may be a list, and T = 0 returns
+empty states and the initial state.
 
 It agrees with autodiff of ``recurrence.scan`` over ``cells.elman_cell`` to
 float32 rounding (tests/test_fused.py) and is what the models use.
@@ -114,47 +121,76 @@ def _final_state(states, initial, lengths, axis):
   return jnp.where((lengths > 0)[:, None], last, initial)
 
 
+def _checked(params, batch_major, initial_state, lengths, activation):
+  """Checks the layers' arguments before any work.
+
+  Args:
+    params, initial_state, lengths, activation: as ``elman_layer``.
+    batch_major: the inputs, ``[B, T, d]``.
+
+  Returns:
+    ``(initial_state, lengths, dtype)``: the state cast to the params' dtype
+    ``dtype``, lengths as ``<int32>[B]`` clipped to [0, T] (or None).
+
+  Raises:
+    ValueError: as ``elman_layer``.
+  """
+  cells.elman(activation)  # validates the name
+  recurrence.check_inputs(batch_major, initial_state, lengths)
+  cells.check_step('elman', params, initial_state,
+                   (batch_major.shape[0], batch_major.shape[-1]), ('W_xh', 'W_hh'))
+  dtype = recurrence.compute_dtype(params)
+  return (recurrence.cast_floating(initial_state, dtype),
+          recurrence.as_lengths(lengths, batch_major.shape[1]), dtype)
+
+
 def elman_layer(params, inputs, initial_state, lengths=None, reverse=False, activation='tanh',
                 time_major=False, unroll=1):
   """The Elman recurrence, fused: the same result as ``recurrence.scan`` with
   ``cells.elman(activation)``, with a faster backward pass.
 
+  The computation runs in the params' floating dtype: inputs and initial
+  state are cast to it, states and final state come back in it. The inputs
+  of padded steps are zeroed first, so NaN or inf there reaches neither the
+  states nor any gradient.
+
   Args:
-    params: ``{'W_xh': [d, H], 'W_hh': [H, H], 'b': [H]}`` (+ ``'b_hh'``).
-    inputs: ``<float32>[B, T, d]``, or ``[T, B, d]`` with ``time_major``.
-    initial_state: ``<float32>[B, H]``.
-    lengths: optional ``<int32>[B]`` in [0, T]: states stop changing after
-      step lengths - 1 and outputs there are zero (checked when concrete;
-      under ``jit`` values outside are clipped to [0, T]).
+    params: ``{'W_xh': [d, H], 'W_hh': [H, H], 'b': [H]}`` (+ ``'b_hh'``),
+      one floating dtype (float32 by default).
+    inputs: ``<float>[B, T, d]``, or ``[T, B, d]`` with ``time_major``
+      (T = 0 and B = 0 allowed).
+    initial_state: ``<float>[B, H]``, one array.
+    lengths: optional ``<int>[B]`` (an array or a list) in [0, T]: states stop
+      changing after step lengths - 1 and outputs there are zero (checked when
+      concrete; under ``jit`` values outside are clipped to [0, T]).
     reverse: run each sequence right to left within its length.
     activation: 'tanh', 'relu' or 'linear'.
     time_major: inputs and outputs are ``[T, B, ...]``.
     unroll: the loops' unroll factor, forward and backward.
 
   Returns:
-    ``(states <float32>[B, T, H] (or [T, B, H]), final_state <float32>[B, H])``.
+    ``(states [B, T, H] (or [T, B, H]), final_state [B, H])`` in the params'
+    dtype; for T = 0, empty states and the initial state.
 
   Raises:
-    ValueError: as ``recurrence.scan`` (shapes, lengths) or for an unknown
-      activation.
+    ValueError: as ``recurrence.scan`` (shapes, lengths, params of two
+      dtypes), for an initial state that is not one ``[B, H]`` array, or for
+      an unknown activation.
   """
-  cells.elman(activation)  # validates the name
   batch_major = inputs if not time_major else jnp.swapaxes(inputs, 0, 1)
-  recurrence.check_inputs(batch_major, initial_state, lengths)
-  input_size, hidden_size = params['W_xh'].shape
-  if inputs.shape[-1] != input_size:
-    raise ValueError(f'inputs: expected last axis d = {input_size} (W_xh is '
-                     f'[{input_size}, {hidden_size}]), got shape {inputs.shape}')
-  if initial_state.shape[-1] != hidden_size:
-    raise ValueError(f'initial_state: expected last axis H = {hidden_size}, '
-                     f'got shape {initial_state.shape}')
-  steps = batch_major.shape[1]
-  if lengths is not None:  # values are checked only outside jit; inside, clip to [0, T]
-    lengths = jnp.clip(lengths, 0, steps)
+  initial_state, lengths, dtype = _checked(params, batch_major, initial_state, lengths,
+                                           activation)
+  batch, steps = batch_major.shape[:2]
+  if steps == 0:  # no step to run (the loops and the final-state gather need one)
+    hidden = initial_state.shape[-1]
+    return jnp.zeros((0, batch, hidden) if time_major else (batch, 0, hidden),
+                     initial_state.dtype), initial_state
   axis = 0 if time_major and not reverse else 1  # work in the layout given, no transposes
+  source = recurrence.cast_floating(inputs if axis == 0 else batch_major, dtype)
+  source = recurrence.zero_padding(source, lengths, axis)  # the "double where"'s first half
   if reverse:
-    batch_major = recurrence.reverse_within_lengths(batch_major, lengths)
-  projected = (inputs if axis == 0 else batch_major) @ params['W_xh']  # one big matmul
+    source = recurrence.reverse_within_lengths(source, lengths)
+  projected = source @ params['W_xh']  # one big matmul
   alive = None
   if lengths is not None:
     alive = (jnp.arange(steps)[:, None] < lengths[None, :])[..., None]  # [T, B, 1]
@@ -179,12 +215,14 @@ def checkpointed_elman_layer(params, inputs, initial_state, segment_length: int,
   states for about one extra forward pass of compute.
 
   Args:
-    params, initial_state, activation, unroll: as ``elman_layer``.
-    inputs: ``<float32>[B, T, d]`` with T a multiple of ``segment_length``.
+    params, initial_state, activation, unroll: as ``elman_layer`` (the same
+      dtype rule: the computation runs in the params' dtype).
+    inputs: ``<float>[B, T, d]`` with T a multiple of ``segment_length``
+      (T = 0 and B = 0 allowed).
     segment_length: s >= 1.
 
   Returns:
-    ``(states <float32>[B, T, H], final_state <float32>[B, H])``, equal to
+    ``(states [B, T, H], final_state [B, H])`` in the params' dtype, equal to
     ``elman_layer``'s.
 
   Raises:
@@ -195,7 +233,8 @@ def checkpointed_elman_layer(params, inputs, initial_state, segment_length: int,
     memory cost"; Gruslys et al. (2016), "Memory-efficient backpropagation
     through time".
   """
-  recurrence.check_inputs(inputs, initial_state, None)
+  initial_state, _, dtype = _checked(params, inputs, initial_state, None, activation)
+  inputs = recurrence.cast_floating(inputs, dtype)
   batch, steps, input_size = inputs.shape
   if not isinstance(segment_length, int) or segment_length < 1 or steps % segment_length:
     raise ValueError(f'segment_length: expected an int s >= 1 dividing T = {steps}, '
@@ -210,4 +249,4 @@ def checkpointed_elman_layer(params, inputs, initial_state, segment_length: int,
     return final, states
 
   final, states = jax.lax.scan(segment, initial_state, segments)
-  return jnp.swapaxes(states.reshape(steps, batch, -1), 0, 1), final
+  return jnp.swapaxes(states.reshape(steps, batch, initial_state.shape[-1]), 0, 1), final

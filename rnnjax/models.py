@@ -6,6 +6,13 @@ Elman layer with its hand-written backward pass, equal to autodiff of
 stores its cell params as one dict (``params['recurrence']['cell'] =
 {'W_xh', 'W_hh', 'b'}``), so they can be handed to the pure functions as
 they are.
+
+Inputs follow the rules of ``rnnjax.recurrence`` (its module docstring):
+the Elman layer computes in its params' dtype (float32 as initialised; cast
+the params for bfloat16), casting inputs and initial state to it; lengths
+may be a list; padded steps reach no output or gradient; T = 0 and B = 0 are
+valid. Token ids are checked to lie in [0, V) when concrete (not under
+``jit``): a negative id would read the last embedding row.
 """
 
 import flax.linen as nn
@@ -14,10 +21,12 @@ import jax.numpy as jnp
 
 from rnnjax import cells
 from rnnjax import fused
+from rnnjax.data import batching
 
 
 class Elman(nn.Module):
-  """An Elman layer: ``(inputs [B, T, d], h0 [B, H]) -> (states [B, T, H], h_T [B, H])``.
+  """An Elman layer: ``(inputs [B, T, d], h0 [B, H]) -> (states [B, T, H], h_T [B, H])``,
+  ``fused.elman_layer`` (its checks, its dtype rule, its ``lengths`` and ``reverse``).
 
   Attributes:
     hidden_size: H.
@@ -45,6 +54,8 @@ class LanguageModel(nn.Module):
 
   ``(ids <int32>[B, T], h0 <float32>[B, H]) -> (logits <float32>[B, T, V], h_T [B, H])``;
   logits at step t score the token at t + 1 (teacher forcing, seed note 000).
+  Ids outside [0, V) are a ValueError naming ``ids`` (when concrete); h0 is
+  cast to the recurrence's params' dtype, in which h_T comes back.
 
   Attributes:
     vocab_size: V.
@@ -73,7 +84,12 @@ class LanguageModel(nn.Module):
     self.dropout = nn.Dropout(self.dropout_rate)
 
   def embed(self, ids):
-    """``<int32>[B, T] -> <float32>[B, T, d]`` (an embedding or one-hot)."""
+    """``<int32>[B, T] -> <float32>[B, T, d]`` (an embedding or one-hot).
+
+    Raises:
+      ValueError: for ids outside [0, V) or not ints (checked when concrete).
+    """
+    batching.check_ids('ids', ids, self.vocab_size)
     if self.embedding_size:
       return self.embedding(ids)
     return jax.nn.one_hot(ids, self.vocab_size, dtype=jnp.float32)

@@ -4,6 +4,28 @@ Any cell ``cell(params, carry, x) -> (carry, y)`` (see ``rnnjax.cells``) runs
 here; nothing in this module knows which cell it is.
 
 Notation: B batch, T steps, d input features, H hidden units.
+
+The input rules below hold for every recurrent path of the package (``scan``,
+``truncated_scan``, ``rnnjax.fused``, ``rnnjax.combinators``, the cells,
+``rnnjax.models``, ``rnnjax.seq2seq``); each is checked before any work:
+
+- dtype: a path computes in the one floating dtype of its params
+  (``compute_dtype``): floating inputs and initial-state leaves are cast to
+  it, outputs and final states come back in it, and gradients with respect
+  to inputs and initial state come back in the dtypes those were given in.
+  Params of two floating dtypes are a ValueError. Mixed precision is chosen
+  by casting the params (bfloat16 params compute in bfloat16 whatever the
+  state's dtype).
+- lengths: ``<int>[B]`` in [0, T], as an array or a list (values checked
+  when concrete; under ``jit`` clipped to [0, T]).
+- padding: the inputs of steps t >= lengths[b] are replaced by zeros before
+  any cell reads them (a "double where"), so NaN or inf in padding reaches
+  no output and no gradient, forward or backward.
+- T = 0 and B = 0 are valid: outputs ``[B, 0, H]`` and the initial state as
+  final state, or empty batches.
+- the initial state has the layout the cell carries (Elman, GRU: one
+  ``[B, H]`` array; LSTM: an ``(h, c)`` pair), else a ValueError naming
+  ``initial_state`` with the expected and the given shape.
 """
 
 import jax
@@ -11,9 +33,37 @@ import jax.numpy as jnp
 import numpy as np
 
 
+def compute_dtype(params):
+  """The floating dtype of ``params``, in which every path computes.
+
+  Args:
+    params: a pytree of arrays (a cell's params, a stack's, a model's).
+
+  Returns:
+    the one floating dtype of its leaves, or None when it has no floating leaf.
+
+  Raises:
+    ValueError: naming ``params`` if its floating leaves have different dtypes.
+  """
+  dtypes = {jnp.result_type(leaf) for leaf in jax.tree_util.tree_leaves(params)}
+  floating = sorted({str(d) for d in dtypes if jnp.issubdtype(d, jnp.inexact)})
+  if len(floating) > 1:
+    raise ValueError(f'params: expected one floating dtype for all params (the dtype the '
+                     f'recurrence computes in), got {floating}')
+  return jnp.dtype(floating[0]) if floating else None
+
+
+def cast_floating(tree, dtype):
+  """``tree`` with each floating leaf cast to ``dtype`` (None: ``tree`` unchanged)."""
+  if dtype is None:
+    return tree
+  cast = lambda leaf: leaf.astype(dtype) if jnp.issubdtype(leaf.dtype, jnp.inexact) else leaf
+  return jax.tree_util.tree_map(lambda leaf: cast(jnp.asarray(leaf)), tree)
+
+
 def check_inputs(inputs, initial_state, lengths):
   """Validates ``[B, T, d]`` inputs, a ``[B, ...]`` initial state and ``<int>[B]``
-  lengths in [0, T] (values only when concrete, not under ``jit``).
+  lengths (an array or a list) in [0, T] (values only when concrete, not under ``jit``).
 
   Raises:
     ValueError: naming the argument, with the expected and the given shape or value.
@@ -27,15 +77,64 @@ def check_inputs(inputs, initial_state, lengths):
                        f'[B={batch}, T={steps}, d]), got shape {leaf.shape}')
   if lengths is None:
     return
-  if jnp.shape(lengths) != (batch,):
-    raise ValueError(f'lengths: expected shape [B] = ({batch},), got {jnp.shape(lengths)}')
+  if np.shape(lengths) != (batch,):
+    raise ValueError(f'lengths: expected shape [B] = ({batch},), got {np.shape(lengths)}')
+  dtype = lengths.dtype if hasattr(lengths, 'dtype') else np.asarray(lengths).dtype
+  if not jnp.issubdtype(dtype, jnp.integer):
+    raise ValueError(f'lengths: expected integers, got dtype {dtype}')
   if not isinstance(lengths, jax.core.Tracer):
     values = np.asarray(lengths)
-    if not np.issubdtype(values.dtype, np.integer):
-      raise ValueError(f'lengths: expected integers, got dtype {values.dtype}')
     if values.size and (values.min() < 0 or values.max() > steps):
       raise ValueError(f'lengths: expected values in [0, T] = [0, {steps}], got '
                        f'min {values.min()} and max {values.max()}')
+
+
+def as_lengths(lengths, steps):
+  """Checked ``lengths`` (``check_inputs``) as ``<int32>[B]`` clipped to [0, T] (None stays
+  None): values are checked only outside ``jit``; inside, clipping keeps them in range."""
+  if lengths is None:
+    return None
+  return jnp.clip(jnp.asarray(lengths, jnp.int32), 0, steps)
+
+
+def zero_padding(sequences, lengths, axis=1):
+  """``sequences`` (time on ``axis``, 1: ``[B, T, ...]``, 0: ``[T, B, ...]``) with the
+  steps t >= lengths[b] set to zero; ``lengths`` None: unchanged.
+
+  The first half of a "double where": a step that is computed and then discarded by a
+  select still sends 0 * (its derivative) back, which is NaN where its input is NaN or
+  inf; zeroing the input first keeps every discarded value and derivative finite.
+  """
+  if lengths is None:
+    return sequences
+  steps = sequences.shape[axis]
+  alive = jnp.arange(steps)[None, :] < lengths[:, None]  # [B, T]
+  alive = alive if axis == 1 else alive.T
+  alive = alive.reshape(alive.shape + (1,) * (sequences.ndim - 2))
+  return jnp.where(alive, sequences, jnp.zeros((), sequences.dtype))
+
+
+def _layout(tree):
+  """The structure, shapes and dtypes of a pytree of arrays or ShapeDtypeStructs."""
+  leaves, structure = jax.tree_util.tree_flatten(tree)
+  return structure, [(tuple(leaf.shape), jnp.dtype(leaf.dtype)) for leaf in leaves]
+
+
+def check_carry(cell, params, inputs, initial_state):
+  """Checks, by tracing one step (no work), that ``cell`` returns a carry of the
+  structure, shapes and dtypes of ``initial_state``, as ``jax.lax.scan`` needs.
+
+  Raises:
+    ValueError: naming ``initial_state`` with the expected (returned) and the given
+      layout; or the cell's own ValueError (e.g. a state of the wrong H or kind).
+  """
+  x = jax.ShapeDtypeStruct((inputs.shape[0],) + inputs.shape[2:], inputs.dtype)
+  returned = jax.eval_shape(lambda p, c, x: cell(p, c, x)[0], params, initial_state, x)
+  if _layout(returned) != _layout(initial_state):
+    describe = lambda tree: jax.tree_util.tree_map(
+        lambda leaf: f'{jnp.dtype(leaf.dtype)}{list(leaf.shape)}', tree)
+    raise ValueError(f'initial_state: expected the carry the cell returns, '
+                     f'{describe(returned)}, got {describe(initial_state)}')
 
 
 def reverse_within_lengths(sequences, lengths):
@@ -64,30 +163,39 @@ def scan(cell, params, inputs, initial_state, lengths=None, reverse=False, unrol
 
   With ``lengths``, the state stops changing after each sequence's last real
   step, the final state is the one at ``lengths - 1`` (the initial state for
-  length 0) and outputs at padded steps are zero. ``reverse=True`` runs each
+  length 0) and outputs at padded steps are zero; the inputs of padded steps
+  are zeroed before the cell reads them, so whatever they hold (NaN, inf)
+  reaches neither the outputs nor any gradient. ``reverse=True`` runs each
   sequence backwards within its own length; outputs come back in the original
   time order and the final state is the one after reading step 0.
+
+  The computation runs in the params' floating dtype (``compute_dtype``; the
+  module docstring): floating inputs and initial-state leaves are cast to it.
 
   Args:
     cell: ``cell(params, carry, x) -> (carry, y)``.
     params: the cell's params pytree.
-    inputs: ``<float32>[B, T, d]``.
+    inputs: ``<float>[B, T, d]`` (T = 0 and B = 0 allowed).
     initial_state: carry pytree with leaves ``[B, ...]`` (Elman: ``[B, H]``).
-    lengths: optional ``<int32>[B]`` with values in [0, T] (checked when
-      concrete; under ``jit`` values outside are clipped to [0, T]).
+    lengths: optional ``<int>[B]`` (an array or a list) with values in [0, T]
+      (checked when concrete; under ``jit`` values outside are clipped to [0, T]).
     reverse: run right to left within each length.
     unroll: ``jax.lax.scan``'s unroll factor.
 
   Returns:
-    ``(outputs <float32>[B, T, H], final_state)``.
+    ``(outputs [B, T, H], final_state)`` in the params' dtype (T = 0:
+    ``[B, 0, H]`` and the initial state).
 
   Raises:
     ValueError: for inputs not of rank 3, an initial state of another batch
-      size, or lengths of the wrong shape, dtype or range.
+      size or of another layout than the carry the cell returns, params of
+      two floating dtypes, or lengths of the wrong shape, dtype or range.
   """
   check_inputs(inputs, initial_state, lengths)
-  if lengths is not None:  # values are checked only outside jit; inside, clip to [0, T]
-    lengths = jnp.clip(lengths, 0, inputs.shape[1])
+  inputs, initial_state = cast_floating((inputs, initial_state), compute_dtype(params))
+  check_carry(cell, params, inputs, initial_state)
+  lengths = as_lengths(lengths, inputs.shape[1])
+  inputs = zero_padding(inputs, lengths)
   if reverse:
     inputs = reverse_within_lengths(inputs, lengths)
   time_major = jnp.swapaxes(inputs, 0, 1)  # [T, B, d]
@@ -116,15 +224,18 @@ def truncated_scan(cell, params, inputs, initial_state, truncation, unroll=1):
 
   The forward pass is identical to ``scan``; the state passes from window to
   window through ``jax.lax.stop_gradient``, so the gradient of any loss with
-  respect to anything before the current window is exactly zero. tau = T is
-  full BPTT. A last window shorter than tau takes the remaining steps.
+  respect to anything before the current window (the initial state included)
+  is exactly zero. tau = T is full BPTT. The T // tau full windows run as one
+  ``jax.lax.scan`` over windows and a last window shorter than tau as one more
+  ``scan``, so the traced program's size does not grow with T / tau.
 
   Args:
-    cell, params, inputs, initial_state, unroll: as in ``scan``.
+    cell, params, inputs, initial_state, unroll: as in ``scan`` (the same
+      dtype rule: the params' dtype).
     truncation: tau >= 1, window length in steps.
 
   Returns:
-    ``(outputs <float32>[B, T, H], final_state)``.
+    ``(outputs [B, T, H], final_state)``, in the params' dtype.
 
   Raises:
     ValueError: if tau < 1, or as ``scan`` does.
@@ -135,9 +246,22 @@ def truncated_scan(cell, params, inputs, initial_state, truncation, unroll=1):
   if not isinstance(truncation, (int, np.integer)) or truncation < 1:
     raise ValueError(f'truncation: expected an int tau >= 1, got {truncation!r}')
   check_inputs(inputs, initial_state, None)
-  outputs, state = [], initial_state
-  for start in range(0, inputs.shape[1], truncation):
-    window_outputs, state = scan(cell, params, inputs[:, start:start + truncation],
-                                 jax.lax.stop_gradient(state), unroll=unroll)
-    outputs.append(window_outputs)
-  return jnp.concatenate(outputs, axis=1), state
+  inputs, initial_state = cast_floating((inputs, initial_state), compute_dtype(params))
+  check_carry(cell, params, inputs, initial_state)
+  batch, steps = inputs.shape[:2]
+  full = steps // truncation * truncation  # steps in full windows
+  windows = jnp.swapaxes(inputs[:, :full].reshape(
+      (batch, full // truncation, truncation) + inputs.shape[2:]), 0, 1)  # [W, B, tau, d]
+
+  def window(state, window_inputs):
+    outputs, state = scan(cell, params, window_inputs, jax.lax.stop_gradient(state),
+                          unroll=unroll)
+    return state, outputs
+
+  state, outputs = jax.lax.scan(window, initial_state, windows)  # outputs [W, B, tau, H]
+  outputs = jnp.swapaxes(outputs, 0, 1).reshape((batch, full) + outputs.shape[3:])
+  if full < steps:  # the last window, shorter than tau
+    last, state = scan(cell, params, inputs[:, full:], jax.lax.stop_gradient(state),
+                       unroll=unroll)
+    outputs = jnp.concatenate([outputs, last], axis=1)
+  return outputs, state

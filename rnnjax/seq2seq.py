@@ -19,6 +19,13 @@ Params are a plain dict (``init``)::
 with source and target sharing the embedding. Shapes: B batch, S source
 steps, T target steps, V vocabulary, E embedding, H hidden units.
 
+Inputs are checked before any work, as in ``rnnjax.recurrence``: ids must be
+ints in [0, V) in right-padded rows (when concrete, not under ``jit``); the
+params must share one floating dtype, the one everything computes in (the
+encoder's and decoder's padded steps reach no output or gradient). Logits
+that are not finite never become a token: ``decode`` gives ``INVALID`` (-1)
+there, raises outside ``jit``, and ``accuracies`` raises on such tokens.
+
 References:
   Sutskever, Vinyals & Le (2014), "Sequence to sequence learning with neural
   networks"; Cho et al. (2014), "Learning phrase representations using RNN
@@ -27,12 +34,17 @@ References:
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from rnnjax import cells
 from rnnjax import combinators
+from rnnjax import recurrence
+from rnnjax import sampling
+from rnnjax.data import batching
 
 PAD, BOS, EOS = 0, 1, 2
+INVALID = sampling.INVALID  # a decoded token whose logits were not finite: never an id
 CELLS = ('elman', 'gru')
 
 
@@ -87,6 +99,27 @@ def init(key, cell: str, vocab_size: int, embedding_size: int, hidden_size: int)
   }
 
 
+def _check_ids(name, ids, params):
+  """Checks ``<int>[B, steps]`` ids in [0, V), right-padded (values when concrete), and
+  that the params share one floating dtype.
+
+  Raises:
+    ValueError: naming ``name`` (rank, dtype, range, a real id after a PAD) or
+      ``params`` (two floating dtypes).
+  """
+  recurrence.compute_dtype(params)
+  if jnp.ndim(ids) != 2:
+    raise ValueError(f'{name}: expected rank 2 [B, steps] ids, got shape {jnp.shape(ids)}')
+  batching.check_ids(name, ids, params['embedding'].shape[0])
+  if not isinstance(ids, jax.core.Tracer):
+    values = np.asarray(ids)
+    rows = np.flatnonzero(((values[:, :-1] == PAD) & (values[:, 1:] != PAD)).any(axis=1))
+    if rows.size:
+      raise ValueError(f'{name}: expected right-padded rows (PAD = {PAD} only after the last '
+                       f'real id; a real id after a PAD would be dropped), row {rows[0]} is '
+                       f'{values[rows[0]].tolist()}')
+
+
 def lengths_of(ids):
   """The number of non-pad ids of each right-padded row: ``<int32>[B]`` from ``[B, T]``."""
   return jnp.sum(ids != PAD, axis=-1).astype(jnp.int32)
@@ -101,12 +134,15 @@ def encode(cell: str, params, sources):
     sources: ``<int32>[B, S]`` ids, right-padded with PAD.
 
   Returns:
-    ``<float32>[B, H]``; for an all-pad row, the zero initial state.
+    ``[B, H]`` in the params' dtype; for an all-pad row, the zero initial
+    state. Whatever the embedding holds at PAD reaches neither the state nor
+    any gradient.
 
   Raises:
-    ValueError: for an unknown cell.
+    ValueError: for an unknown cell, or sources or params as ``_check_ids``.
   """
   _check_cell(cell)
+  _check_ids('sources', sources, params)
   initial = jnp.zeros((sources.shape[0], params['W_out'].shape[0]), jnp.float32)
   _, final = combinators.layer_for(cell)(params['encoder'], params['embedding'][sources], initial,
                                          lengths_of(sources))
@@ -129,15 +165,20 @@ def teacher_forced_logits(cell: str, params, sources, targets):
     targets: ``<int32>[B, T]``, each ending in EOS, then right-padded with PAD.
 
   Returns:
-    ``<float32>[B, T, V]``: position t scores target token t. Positions
-    past a target's end hold values that the loss masks.
+    ``[B, T, V]`` in the params' dtype: position t scores target token t.
+    The decoder runs with the targets' lengths, so positions past a
+    target's end read nothing (their logits are ``b_out``) and the loss
+    masks them.
 
   Raises:
-    ValueError: for an unknown cell.
+    ValueError: for an unknown cell, or sources, targets or params as
+      ``_check_ids``.
   """
+  _check_ids('targets', targets, params)
   state = encode(cell, params, sources)
   outputs, _ = combinators.layer_for(cell)(params['decoder'],
-                                           params['embedding'][decoder_inputs(targets)], state)
+                                           params['embedding'][decoder_inputs(targets)], state,
+                                           lengths_of(targets))
   return outputs @ params['W_out'] + params['b_out']
 
 
@@ -148,15 +189,19 @@ def loss(cell: str, params, sources, targets):
     cell, params, sources, targets: as ``teacher_forced_logits``.
 
   Returns:
-    ``<float32>[]``. Extra PAD columns on sources or targets leave it unchanged.
+    ``<float32>[]`` (summed in float32 whatever the params' dtype). Extra PAD
+    columns on sources or targets leave it unchanged; padded positions are
+    selected away (not multiplied by 0), so nothing there reaches the loss or
+    its gradient.
 
   Raises:
-    ValueError: for an unknown cell.
+    ValueError: as ``teacher_forced_logits``.
   """
   logits = teacher_forced_logits(cell, params, sources, targets)
-  real = (targets != PAD).astype(jnp.float32)
+  real = targets != PAD
   negative_log_likelihood = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
-  return jnp.sum(negative_log_likelihood * real) / jnp.maximum(jnp.sum(real), 1.0)
+  total = jnp.sum(jnp.where(real, negative_log_likelihood, 0.0), dtype=jnp.float32)
+  return total / jnp.maximum(jnp.sum(real), 1)
 
 
 def decode(cell: str, params, sources, max_length: int, temperature: float = 0.0, key=None):
@@ -165,6 +210,13 @@ def decode(cell: str, params, sources, max_length: int, temperature: float = 0.0
   A ``jax.lax.scan`` over ``max_length`` steps with a done-mask: once a row
   has produced EOS every later token of that row is PAD. Temperature 0 is
   greedy (argmax); temperature t > 0 draws from softmax(logits / t).
+
+  A step of an unfinished row whose logits are not all finite gives
+  ``INVALID`` (-1), never an id (argmax of NaN logits would be a plausible
+  0, the PAD), and so does every later step of that row. Outside ``jit``
+  that is a ValueError; under ``jit`` the tokens come back with the
+  sentinel, and callers must check ``tokens == INVALID`` (``accuracies``
+  raises on them) and report it.
 
   Args:
     cell: 'elman' or 'gru'.
@@ -176,11 +228,14 @@ def decode(cell: str, params, sources, max_length: int, temperature: float = 0.0
 
   Returns:
     ``<int32>[B, max_length]``: each row's tokens up to and including its
-    first EOS, then PAD (no EOS within max_length: max_length tokens).
+    first EOS, then PAD (no EOS within max_length: max_length tokens);
+    traced only, ``INVALID`` from a row's first non-finite step on.
 
   Raises:
-    ValueError: for an unknown cell, max_length < 1, a negative temperature
-      or no key for temperature > 0.
+    ValueError: for an unknown cell, max_length < 1, a negative temperature,
+      no key for temperature > 0, sources or params as ``_check_ids``, or,
+      outside ``jit``, logits that are not finite (naming ``params`` and
+      their non-finite entries).
   """
   step = step_function(cell)
   if not isinstance(max_length, int) or max_length < 1:
@@ -191,6 +246,7 @@ def decode(cell: str, params, sources, max_length: int, temperature: float = 0.0
     raise ValueError(f'key: expected a jax.random key to sample at temperature {temperature}, '
                      'got None')
   batch_size = sources.shape[0]
+  state = encode(cell, params, sources)  # checks sources and params first
 
   def body(carry, step_key):
     state, previous, done = carry
@@ -200,14 +256,19 @@ def decode(cell: str, params, sources, max_length: int, temperature: float = 0.0
       token = jnp.argmax(logits, axis=-1).astype(jnp.int32)
     else:
       token = jax.random.categorical(step_key, logits / temperature).astype(jnp.int32)
-    token = jnp.where(done, PAD, token)
+    failed = (previous == INVALID) | ~jnp.all(jnp.isfinite(logits), axis=-1)
+    token = jnp.where(done, PAD, jnp.where(failed, INVALID, token))
     return (state, token, done | (token == EOS)), token
 
-  carry = (encode(cell, params, sources), jnp.full((batch_size,), BOS, jnp.int32),
-           jnp.zeros((batch_size,), bool))
+  carry = (state, jnp.full((batch_size,), BOS, jnp.int32), jnp.zeros((batch_size,), bool))
   step_keys = jax.random.split(key, max_length) if temperature > 0 else None
   _, tokens = jax.lax.scan(body, carry, step_keys, length=max_length)
-  return tokens.T
+  tokens = tokens.T
+  if not isinstance(tokens, jax.core.Tracer):
+    rows, steps = np.nonzero(np.asarray(tokens) == INVALID)
+    if rows.size:
+      raise ValueError(sampling.not_finite_message(params, f'row {rows[0]}, step {steps[0]}'))
+  return tokens
 
 
 def accuracies(decoded, targets):
@@ -226,11 +287,18 @@ def accuracies(decoded, targets):
     ``(exact <bool>[B], token_accuracy <float32>[])``.
 
   Raises:
-    ValueError: if the batch sizes differ.
+    ValueError: if the batch sizes differ, or (when concrete) ``decoded``
+      holds ``INVALID`` tokens: its logits were not finite, and no accuracy
+      of such a decoding is meaningful.
   """
   if decoded.shape[0] != targets.shape[0]:
     raise ValueError(f'decoded: expected batch size {targets.shape[0]} (that of targets), '
                      f'got shape {decoded.shape}')
+  if not isinstance(decoded, jax.core.Tracer):
+    rows = np.flatnonzero(np.any(np.asarray(decoded) == INVALID, axis=1))
+    if rows.size:
+      raise ValueError(f'decoded: rows {rows.tolist()} hold INVALID ({INVALID}) tokens: the '
+                       'decoder\'s logits were not finite (NaN or inf params or an overflow)')
   width = max(decoded.shape[1], targets.shape[1])
   widen = lambda ids: jnp.pad(ids, ((0, 0), (0, width - ids.shape[1])), constant_values=PAD)
   decoded, targets = widen(decoded), widen(targets)

@@ -111,3 +111,45 @@ def test_elman_with_two_biases_round_trips():
     out, _ = module(torch.from_numpy(inputs))
   states, _ = recurrence.scan(cells.elman(), params, jnp.asarray(inputs), jnp.zeros((B, H)))
   np.testing.assert_allclose(states, out.numpy(), rtol=RTOL, atol=ATOL)
+
+
+TORCH_MODULES = {'elman': torch.nn.RNN, 'gru': torch.nn.GRU, 'lstm': torch.nn.LSTM}
+
+
+def test_bfloat16_rnn_converts_to_its_float32_copy():
+  module = torch.nn.RNN(3, 4).to(torch.bfloat16)  # was: TypeError, unsupported ScalarType
+  params = convert.stack_from_torch(module.state_dict(), 'elman', 1, False)
+  copy = {k: v.float().numpy() for k, v in module.state_dict().items()}
+  for name, value in (('W_xh', copy['weight_ih_l0'].T), ('W_hh', copy['weight_hh_l0'].T),
+                      ('b', copy['bias_ih_l0'] + copy['bias_hh_l0'])):
+    assert params[0][0][name].dtype == np.float32
+    np.testing.assert_array_equal(params[0][0][name], value)
+
+
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16, torch.float64])
+@pytest.mark.parametrize('cell', TORCH_MODULES)
+def test_every_converter_takes_any_float_dtype(cell, dtype):
+  """From torch: float32 params equal to torch's own float32 copy of the weights (exact for
+  bfloat16 and float16); to torch: float32 arrays holding bfloat16 params exactly."""
+  torch.manual_seed(0)
+  module = TORCH_MODULES[cell](3, 4, num_layers=2, bidirectional=True).to(dtype)
+  state_dict = module.state_dict()
+  copy = {k: v.float().numpy() for k, v in state_dict.items()}
+  stack = convert.stack_from_torch(state_dict, cell, 2, True)
+  layer = (convert.elman_from_torch if cell == 'elman' else convert.gated_from_torch)(
+      state_dict, 1, '_reverse')
+  for name in layer:
+    assert layer[name].dtype == stack[1][1][name].dtype == np.float32
+    np.testing.assert_array_equal(layer[name], stack[1][1][name])
+  input_weight, recurrent_weight = ('W_xh', 'W_hh') if cell == 'elman' else ('W_x', 'W_h')
+  np.testing.assert_array_equal(stack[1][1][input_weight], copy['weight_ih_l1_reverse'].T)
+  np.testing.assert_array_equal(stack[1][1][recurrent_weight], copy['weight_hh_l1_reverse'].T)
+  if cell != 'elman':
+    np.testing.assert_array_equal(stack[1][1]['b_hh'], copy['bias_hh_l1_reverse'])
+  low = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.bfloat16), stack)
+  back = convert.stack_to_torch(low, cell)
+  expected = convert.stack_to_torch(jax.tree_util.tree_map(
+      lambda a: np.asarray(a, np.float32), low), cell)
+  for name, value in expected.items():
+    assert back[name].dtype == np.float32
+    np.testing.assert_array_equal(back[name], value)

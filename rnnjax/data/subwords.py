@@ -16,10 +16,15 @@ import numpy as np
 import sentencepiece
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
+DEFAULT_MAX_SENTENCE_BYTES = 4192  # sentencepiece's default max_sentence_length
 
 
 def train_bpe(lines, vocab_size: int, literal_symbols=('<unk>',)):
   """Trains a BPE model on ``lines`` (the training split only).
+
+  Every non-empty line is trained on, however long: sentencepiece skips
+  lines longer than its ``max_sentence_length`` (4,192 bytes by default)
+  without an error, so it is raised to the longest line, in UTF-8 bytes.
 
   Args:
     lines: iterable of str, one sentence or paragraph each (empty ones are
@@ -45,6 +50,7 @@ def train_bpe(lines, vocab_size: int, literal_symbols=('<unk>',)):
     raise ValueError(f'vocab_size: expected an int >= {minimum} (4 special pieces, '
                      f'{len(literal_symbols)} literal symbols and one more), got {vocab_size!r}')
   kept = _non_empty(lines)
+  longest = max(len(line.encode('utf-8')) for line in kept)  # bytes, as sentencepiece counts
   model = io.BytesIO()
   try:
     sentencepiece.SentencePieceTrainer.train(
@@ -53,7 +59,8 @@ def train_bpe(lines, vocab_size: int, literal_symbols=('<unk>',)):
         pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS, pad_piece='[PAD]',
         unk_piece='[UNK]', bos_piece='[BOS]', eos_piece='[EOS]',
         user_defined_symbols=list(literal_symbols), hard_vocab_limit=True,
-        num_threads=2, minloglevel=2)
+        max_sentence_length=max(DEFAULT_MAX_SENTENCE_BYTES, longest), num_threads=2,
+        minloglevel=2)
   except RuntimeError as error:
     size = 'small' if 'smaller than required_chars' in str(error) else 'large'
     raise ValueError(f'vocab_size: {vocab_size} is too {size} for this training text '

@@ -1,6 +1,12 @@
-"""Character vocabularies and token streams cut for truncated BPTT."""
+"""Character vocabularies and token streams cut for truncated BPTT.
+
+Ids are checked to lie in [0, V) (``batching.check_ids``): a negative id
+would silently read the last character or row.
+"""
 
 import numpy as np
+
+from rnnjax.data import batching
 
 
 def char_vocabulary(text: str) -> str:
@@ -22,6 +28,12 @@ def encode(text: str, vocabulary: str) -> np.ndarray:
 
 
 def decode(ids, vocabulary: str) -> str:
+  """The characters of ``<int>[N]`` ids.
+
+  Raises:
+    ValueError: for ids outside [0, len(vocabulary)) (-1 is not the last character).
+  """
+  batching.check_ids('ids', ids, len(vocabulary))
   return ''.join(vocabulary[int(i)] for i in ids)
 
 
@@ -33,7 +45,8 @@ def split_train_validation(ids: np.ndarray, validation_fraction: float):
   return ids[:cut], ids[cut:]
 
 
-def stream_windows(ids: np.ndarray, batch_size: int, truncation: int):
+def stream_windows(ids: np.ndarray, batch_size: int, truncation: int,
+                   vocab_size: int | None = None):
   """Cuts a token stream into B parallel streams and windows of tau steps.
 
   Stream b is the contiguous slice ``ids[b L : (b + 1) L + 1]`` with
@@ -43,21 +56,29 @@ def stream_windows(ids: np.ndarray, batch_size: int, truncation: int):
   that do not fill a whole window are dropped.
 
   Args:
-    ids: ``<int>[N]`` token stream.
+    ids: ``<int>[N]`` token stream, ids in [0, vocab_size).
     batch_size: B >= 1.
     truncation: tau >= 1.
+    vocab_size: V, the number of ids; None: ids need only be in int32's
+      range [0, 2**31).
 
   Returns:
     ``(inputs, targets)``, each ``<int32>[W, B, tau]`` with
     ``W = L // tau`` windows.
 
   Raises:
-    ValueError: for B < 1, tau < 1, or a stream too short for one window.
+    ValueError: for B < 1, tau < 1, ids that are not a 1-D int stream in
+      [0, vocab_size) (a negative id always), vocab_size < 1, or a stream
+      too short for one window.
   """
   if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
     raise ValueError(f'batch_size: expected an int >= 1, got {batch_size!r}')
   if not isinstance(truncation, (int, np.integer)) or truncation < 1:
     raise ValueError(f'truncation: expected an int tau >= 1, got {truncation!r}')
+  batching.check_vocab_size(vocab_size)
+  if np.ndim(ids) != 1:
+    raise ValueError(f'ids: expected a 1-D token stream, got shape {np.shape(ids)}')
+  batching.check_ids('ids', ids, vocab_size)
   length = (len(ids) - 1) // batch_size
   windows = length // truncation
   if windows < 1:
