@@ -23,6 +23,7 @@ from absl import flags
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import torch
 
@@ -31,8 +32,8 @@ from rnnjax import fused
 from rnnjax import models
 from rnnjax import recurrence
 from rnnjax.data import text
-from rnnjax.train import language_model
-from rnnjax.train import optimizers
+from rnnjax.train import tasks
+from rnnjax.train import trainer
 
 SHAPES = {'S1': (64, 128, 256, 512), 'S2': (32, 512, 128, 256), 'S3': (16, 1024, 64, 128),
           'S4': (8, 64, 32, 32)}
@@ -146,33 +147,40 @@ def _timed(call):
 
 
 def sweep_comparison(batch, runs=32, steps=200):
-  """32 char-LM runs (H = 64, T = 64, SGD at 0.5 with global-norm clipping at 1, as the
-  main sweep trains) vmapped in one program vs the same runs one after another
-  (``train`` per run, the step compiled once for all of them)."""
+  """32 char-LM runs (H = 64, E = 32, T = 64, spectral radius 0.5 .. 1.5, SGD at 0.5 with
+  global-norm clipping at 1, as the main sweep trains) through the trainer: one group of
+  32 (one vmapped step) against the same runs one after another (the step compiled once
+  for all of them; compilation is not counted in either).
+
+  Returns:
+    ``(solo_seconds, group_seconds, largest relative difference of a final loss)``.
+  """
   vocab, hidden, tau = 65, 64, 64
   ids = np.asarray(jax.random.randint(jax.random.key(0), (batch * tau * steps + 1,), 0, vocab),
                    np.int32)
   inputs, targets = text.stream_windows(ids, batch, tau)
-  radii = np.linspace(0.5, 1.5, runs)
   model = models.LanguageModel(vocab_size=vocab, hidden_size=hidden, embedding_size=32)
-  optimizer = optimizers.make_optimizer('sgd', 0.5, 'global_norm', 1.0)
-  settings = language_model.LoopSettings(steps=steps, clipping='global_norm',
-                                         log_every=steps)
-  params = [models.LanguageModel(vocab_size=vocab, hidden_size=hidden, embedding_size=32,
-                                     radius=float(r)).init(jax.random.key(i), inputs[0],
-                                                           model.initial_state(batch))['params']
-            for i, r in enumerate(radii)]
-  started = time.perf_counter()
-  solo = [language_model.train(model, p, optimizer, inputs, targets, settings)[1]
-          for p in params]
-  solo_seconds = time.perf_counter() - started
-  started = time.perf_counter()
-  together = language_model.train_group(model, params, [optimizer] * runs, inputs, targets,
-                                        settings)
-  group_seconds = time.perf_counter() - started
-  difference = max(abs(s['final_train_loss'] - t['final_train_loss']) / s['final_train_loss']
-                   for s, t in zip(solo, together[1]))
-  return solo_seconds, group_seconds, difference
+
+  def init(config, key):
+    return tasks.init_language_model(model.clone(radius=config.spectral_radius), key)
+
+  task = tasks.truncated_bptt(model, inputs, targets, init, None)
+  configs = [ml_collections.ConfigDict(dict(
+      seed=i, steps=steps, log_every=steps, checkpoint_every=0, optimizer='sgd',
+      learning_rate=0.5, clipping='global_norm', clip_threshold=1.0, on_divergence='stop',
+      spectral_radius=float(radius))) for i, radius in enumerate(np.linspace(0.5, 1.5, runs))]
+
+  def timed(group):
+    _, records, timer = trainer.train(task, group)
+    return records, sum(v for k, v in timer.seconds.items() if k != 'compile')
+
+  timed(configs[:1])  # compile the one-run step
+  solo = [timed([config]) for config in configs]
+  timed(configs)  # compile the group step
+  together, group_seconds = timed(configs)
+  difference = max(abs(s[0][0]['final_train_loss'] - t['final_train_loss']) /
+                   s[0][0]['final_train_loss'] for s, t in zip(solo, together))
+  return sum(seconds for _, seconds in solo), group_seconds, difference
 
 
 def markdown(rows, columns):

@@ -45,15 +45,31 @@ def _elman(activation, unroll, axis, w_hh, bias, projected, initial, alive):
   ``projected`` (0: ``[T, B, H]``, 1: ``[B, T, H]``); where ``alive[t]`` (``[T, B, 1]``)
   is False the state is kept and the output is zero.
 
-  The loops work in place: the forward pass overwrites projected[t] with h_t, the
-  backward pass overwrites g_t with da_t, so the saved states are the only [T, B, H]
-  buffer kept between them. The bias is added inside the loop (adding it to the whole
-  projection first cost one more such buffer)."""
+  The forward loop works in place: it overwrites projected[t] with h_t, so the saved
+  states are the only [T, B, H] buffer kept for the backward pass, which reads g_t from
+  the incoming cotangents and writes da_t to a buffer of its own (written over the
+  buffer it reads, under ``vmap`` XLA copied that buffer whole at every step: 864 ms
+  against 278 ms at B = 64, T = 128, H = 512). The bias is added inside the loop
+  (adding it to the whole projection first cost one more such buffer)."""
   return _forward_rule(activation, unroll, axis, w_hh, bias, projected, initial, alive)[0]
 
 
 def _at(array, t, axis):
-  return jax.lax.dynamic_index_in_dim(array, t, axis, keepdims=False)
+  """``array`` at index t of ``axis`` (that axis dropped), a plain dynamic slice."""
+  starts = [0] * array.ndim
+  starts[axis] = t
+  sizes = list(array.shape)
+  sizes[axis] = 1
+  return jnp.squeeze(jax.lax.dynamic_slice(array, starts, sizes), axis)
+
+
+def _put(array, value, t, axis):
+  """``array`` with ``value`` written at index t of ``axis``: a plain dynamic update slice
+  (``dynamic_update_index_in_dim`` lowers to a scatter under ``vmap``, and XLA then copies
+  the whole buffer at every step of the loop)."""
+  starts = [0] * array.ndim
+  starts[axis] = t
+  return jax.lax.dynamic_update_slice(array, jnp.expand_dims(value, axis), starts)
 
 
 def _forward_rule(activation, unroll, axis, w_hh, bias, projected, initial, alive):
@@ -67,7 +83,7 @@ def _forward_rule(activation, unroll, axis, w_hh, bias, projected, initial, aliv
     else:
       keep = _at(alive, t, 0)
       h, output = jnp.where(keep, new, h), jnp.where(keep, new, 0.0)
-    return h, jax.lax.dynamic_update_index_in_dim(buffer, output, t, axis)
+    return h, _put(buffer, output, t, axis)
 
   _, states = jax.lax.fori_loop(0, projected.shape[axis], step, (initial, projected),
                                 unroll=unroll)
@@ -82,16 +98,19 @@ def _backward_rule(activation, unroll, axis, residuals, g_states):
   def step(i, carry):
     carry_grad, buffer = carry
     t = steps - 1 - i
-    total = _at(buffer, t, axis) + carry_grad
+    total = _at(g_states, t, axis) + carry_grad
     da = total * cells.activation_derivative(_at(states, t, axis), activation)  # phi'(a_t)
     previous = da @ w_hh_t
     if alive is not None:
       keep = _at(alive, t, 0)
       da = jnp.where(keep, da, 0.0)
       previous = jnp.where(keep, previous, carry_grad)  # a masked step outputs a constant 0
-    return previous, jax.lax.dynamic_update_index_in_dim(buffer, da, t, axis)
+    return previous, _put(buffer, da, t, axis)
 
-  g_initial, d_projected = jax.lax.fori_loop(0, steps, step, (jnp.zeros_like(initial), g_states),
+  # g_t is read from the incoming cotangents and da_t written to a buffer of its own: a
+  # buffer read (for a matmul) and written in the same step is copied whole at every step.
+  g_initial, d_projected = jax.lax.fori_loop(0, steps, step, (jnp.zeros_like(initial),
+                                                              jnp.zeros_like(g_states)),
                                              unroll=unroll)
   # dW_hh = sum_t h_{t-1}^T da_t as one [H, T B] x [T B, H] matmul on a shifted copy of the
   # states: XLA places the copy in memory that the loops have freed (48 MiB of temporaries at
@@ -121,12 +140,12 @@ def _final_state(states, initial, lengths, axis):
   return jnp.where((lengths > 0)[:, None], last, initial)
 
 
-def _checked(params, batch_major, initial_state, lengths, activation):
+def _checked(params, batch_major, initial_state, lengths, activation, projected=False):
   """Checks the layers' arguments before any work.
 
   Args:
-    params, initial_state, lengths, activation: as ``elman_layer``.
-    batch_major: the inputs, ``[B, T, d]``.
+    params, initial_state, lengths, activation, projected: as ``elman_layer``.
+    batch_major: the inputs, ``[B, T, d]`` (``[B, T, H]`` when projected).
 
   Returns:
     ``(initial_state, lengths, dtype)``: the state cast to the params' dtype
@@ -137,15 +156,21 @@ def _checked(params, batch_major, initial_state, lengths, activation):
   """
   cells.elman(activation)  # validates the name
   recurrence.check_inputs(batch_major, initial_state, lengths)
-  cells.check_step('elman', params, initial_state,
-                   (batch_major.shape[0], batch_major.shape[-1]), ('W_xh', 'W_hh'))
+  step_shape = (batch_major.shape[0], batch_major.shape[-1])
+  if projected:
+    hidden_size = params['W_hh'].shape[0]
+    if batch_major.shape[-1] != hidden_size:
+      raise ValueError(f'inputs: expected the input projection X W_xh with last axis H = '
+                       f'{hidden_size}, got shape {batch_major.shape}')
+    step_shape = (batch_major.shape[0], params['W_xh'].shape[0])
+  cells.check_step('elman', params, initial_state, step_shape, ('W_xh', 'W_hh'))
   dtype = recurrence.compute_dtype(params)
   return (recurrence.cast_floating(initial_state, dtype),
           recurrence.as_lengths(lengths, batch_major.shape[1]), dtype)
 
 
 def elman_layer(params, inputs, initial_state, lengths=None, reverse=False, activation='tanh',
-                time_major=False, unroll=1):
+                time_major=False, unroll=1, projected=False):
   """The Elman recurrence, fused: the same result as ``recurrence.scan`` with
   ``cells.elman(activation)``, with a faster backward pass.
 
@@ -167,6 +192,10 @@ def elman_layer(params, inputs, initial_state, lengths=None, reverse=False, acti
     activation: 'tanh', 'relu' or 'linear'.
     time_major: inputs and outputs are ``[T, B, ...]``.
     unroll: the loops' unroll factor, forward and backward.
+    projected: the inputs are already the input projection X W_xh
+      (``<float>[B, T, H]``): a model that reads token ids computes it as a
+      lookup in the [V, H] table E W_xh (``models.Elman``), and the gradient
+      with respect to it is returned as the gradient of the inputs.
 
   Returns:
     ``(states [B, T, H] (or [T, B, H]), final_state [B, H])`` in the params'
@@ -179,7 +208,7 @@ def elman_layer(params, inputs, initial_state, lengths=None, reverse=False, acti
   """
   batch_major = inputs if not time_major else jnp.swapaxes(inputs, 0, 1)
   initial_state, lengths, dtype = _checked(params, batch_major, initial_state, lengths,
-                                           activation)
+                                           activation, projected)
   batch, steps = batch_major.shape[:2]
   if steps == 0:  # no step to run (the loops and the final-state gather need one)
     hidden = initial_state.shape[-1]
@@ -190,11 +219,12 @@ def elman_layer(params, inputs, initial_state, lengths=None, reverse=False, acti
   source = recurrence.zero_padding(source, lengths, axis)  # the "double where"'s first half
   if reverse:
     source = recurrence.reverse_within_lengths(source, lengths)
-  projected = source @ params['W_xh']  # one big matmul
+  if not projected:
+    source = source @ params['W_xh']  # one big matmul
   alive = None
   if lengths is not None:
     alive = (jnp.arange(steps)[:, None] < lengths[None, :])[..., None]  # [T, B, 1]
-  states = _elman(activation, unroll, axis, params['W_hh'], cells.bias(params), projected,
+  states = _elman(activation, unroll, axis, params['W_hh'], cells.bias(params), source,
                   initial_state, alive)
   final = _final_state(states, initial_state, lengths, axis)
   if reverse:

@@ -28,6 +28,12 @@ class Elman(nn.Module):
   """An Elman layer: ``(inputs [B, T, d], h0 [B, H]) -> (states [B, T, H], h_T [B, H])``,
   ``fused.elman_layer`` (its checks, its dtype rule, its ``lengths`` and ``reverse``).
 
+  Called with token ids ``<int>[B, T]`` and ``table`` (``[V, d]``, e.g. an
+  embedding), the input at step t is ``table[ids[t]]``; its projection
+  x_t W_xh is then a lookup in the ``[V, H]`` product ``table W_xh``: one
+  small matmul instead of B T rows of x W_xh forward and two backward (the
+  gradient of the projection is scattered into V rows). The same result.
+
   Attributes:
     hidden_size: H.
     activation: 'tanh' or 'relu'.
@@ -42,11 +48,16 @@ class Elman(nn.Module):
   biases: int = 1
 
   @nn.compact
-  def __call__(self, inputs, initial_state, lengths=None, reverse=False):
+  def __call__(self, inputs, initial_state, lengths=None, reverse=False, table=None):
+    input_size = inputs.shape[-1] if table is None else table.shape[-1]
     params = self.param('cell', lambda key: cells.init_elman(
-        key, inputs.shape[-1], self.hidden_size, self.recurrent_init, self.radius,
+        key, input_size, self.hidden_size, self.recurrent_init, self.radius,
         biases=self.biases))
-    return fused.elman_layer(params, inputs, initial_state, lengths, reverse, self.activation)
+    if table is None:
+      return fused.elman_layer(params, inputs, initial_state, lengths, reverse, self.activation)
+    projection = (table @ params['W_xh'])[inputs]  # [V, H] rows gathered: [B, T, H]
+    return fused.elman_layer(params, projection, initial_state, lengths, reverse,
+                             self.activation, projected=True)
 
 
 class LanguageModel(nn.Module):
@@ -99,8 +110,15 @@ class LanguageModel(nn.Module):
     return self.head(states)
 
   def __call__(self, ids, initial_state, deterministic: bool = True):
-    inputs = self.dropout(self.embed(ids), deterministic=deterministic)
-    states, final = self.recurrence(inputs, initial_state)
+    no_input_dropout = deterministic or not self.dropout_rate
+    if no_input_dropout and self.vocab_size <= jnp.size(ids):  # a lookup is cheaper (Elman)
+      batching.check_ids('ids', ids, self.vocab_size)
+      table = (self.embedding.embedding if self.embedding_size else
+               jnp.eye(self.vocab_size, dtype=jnp.float32))
+      states, final = self.recurrence(ids, initial_state, table=table)
+    else:
+      inputs = self.dropout(self.embed(ids), deterministic=deterministic)
+      states, final = self.recurrence(inputs, initial_state)
     return self.logits(self.dropout(states, deterministic=deterministic)), final
 
   def initial_state(self, batch_size: int):

@@ -45,8 +45,9 @@ def batch_indices(num_examples: int, batch_size: int, seed: int, step: int) -> n
 
 
 def init_language_model(model, key):
-  """Params of a ``models.LanguageModel`` (their shapes do not depend on B or T)."""
-  return model.init(key, jnp.zeros((1, 1), jnp.int32), model.initial_state(1))['params']
+  """Params of a ``models.LanguageModel`` (their shapes do not depend on B or T), made
+  on a batch of no steps, so that no recurrence runs (nothing to compile per run)."""
+  return model.init(key, jnp.zeros((1, 0), jnp.int32), model.initial_state(1))['params']
 
 
 def _recurrent_weight(params):

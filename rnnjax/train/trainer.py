@@ -25,6 +25,7 @@ metrics.jsonl and summary.json, bit for bit, as a run never interrupted.
 Units: losses in nats; bits = nats / ln 2.
 """
 
+import functools
 import math
 import time
 from typing import Any, Callable, NamedTuple
@@ -185,8 +186,10 @@ def _reset_interval(counters: Counters) -> Counters:
                               for name in Counters._fields if name.startswith('interval_')})
 
 
-def step_function(task: Task, update, on_divergence: str):
-  """The jitted group step ``step(state, batch) -> state`` (the module docstring's rule).
+@functools.lru_cache(maxsize=None)
+def step_function(loss, update, on_divergence: str):
+  """The jitted group step ``step(state, batch) -> state`` (the module docstring's rule)
+  of a task's ``loss``; one per (loss, update, on_divergence) in a process.
 
   ``update`` is the optimizer chain's update function, shared by the group's
   runs (``optimizers.make_optimizer`` gives one per optimizer and clipping
@@ -194,12 +197,12 @@ def step_function(task: Task, update, on_divergence: str):
   """
   def one_run(params, opt_state, carry, key_data, counters, batch, step):
     key = jax.random.fold_in(jax.random.wrap_key_data(key_data), step)
-    (loss, new_carry), grads = jax.value_and_grad(task.loss, has_aux=True)(params, carry, batch,
-                                                                          key)
+    (value, new_carry), grads = jax.value_and_grad(loss, has_aux=True)(params, carry, batch,
+                                                                       key)
     updates, new_opt_state = update(grads, opt_state, params)
     new_params = optax.apply_updates(params, updates)
     measured = optimizers.measurements(new_opt_state)
-    finite = (jnp.isfinite(loss) & jnp.isfinite(measured['grad_norm']) &
+    finite = (jnp.isfinite(value) & jnp.isfinite(measured['grad_norm']) &
               _all_finite(new_params) & _all_finite(new_carry))
     active = ~counters.stopped
     apply = finite & active
@@ -218,7 +221,7 @@ def step_function(task: Task, update, on_divergence: str):
         max_grad_norm=jnp.maximum(counters.max_grad_norm, norm),
         interval_steps=counters.interval_steps + taken,
         interval_finite=counters.interval_finite + (taken & finite),
-        interval_loss=counters.interval_loss + jnp.where(taken & finite, loss, 0.0),
+        interval_loss=counters.interval_loss + jnp.where(taken & finite, value, 0.0),
         interval_clipped=counters.interval_clipped + clipped,
         interval_skipped=counters.interval_skipped + skipped,
         interval_max_grad_norm=jnp.maximum(counters.interval_max_grad_norm, norm),
@@ -239,19 +242,20 @@ def step_function(task: Task, update, on_divergence: str):
   return jax.jit(step, donate_argnums=0)
 
 
-def diagnostics_function(task: Task):
+@functools.lru_cache(maxsize=None)
+def diagnostics_function(probe_fn, recurrent_weight):
   """The jitted ``measure(state, batch) -> (spectral radius <float32>[R], profile
-  <float32>[R, len(PROFILE_DISTANCES)])`` on the params and carry a step starts
-  from (NaN where the task measures nothing, or a distance does not fit the
-  probe's T)."""
+  <float32>[R, len(PROFILE_DISTANCES)])`` of a task's ``probe`` and
+  ``recurrent_weight`` on the params and carry a step starts from (NaN where
+  the task measures nothing, or a distance does not fit the probe's T)."""
   distances = diagnostics.PROFILE_DISTANCES
 
   def one_run(params, carry, batch):
-    radius = (initializers.spectral_radius(task.recurrent_weight(params))
-              if task.recurrent_weight else jnp.float32(jnp.nan))
-    if task.probe is None:
+    radius = (initializers.spectral_radius(recurrent_weight(params))
+              if recurrent_weight else jnp.float32(jnp.nan))
+    if probe_fn is None:
       return radius, jnp.full((len(distances),), jnp.nan, jnp.float32)
-    probe = task.probe(params, carry, batch)
+    probe = probe_fn(params, carry, batch)
     fitting = diagnostics.profile_distances(probe.inputs.shape[1], distances)
     ratios = diagnostics.profile(probe, fitting)
     padding = jnp.full((len(distances) - len(fitting),), jnp.nan, jnp.float32)
@@ -305,17 +309,20 @@ class Timer:
     return now
 
 
-def _compiled(cache: dict, function, timer: Timer, *args):
-  """``function`` compiled for the shapes of ``args`` (once per shape), the
+_COMPILED = {}  # (jitted function, argument structure and shapes) -> executable
+
+
+def _compiled(function, timer: Timer, *args):
+  """``function`` compiled for the shapes of ``args`` (once per shape in a process), the
   compilation timed."""
   signature = jax.tree_util.tree_map(lambda x: (np.shape(x), str(x.dtype) if hasattr(x, "dtype") else type(x).__name__), args)
   signature = (function, jax.tree_util.tree_structure(args),
                tuple(jax.tree_util.tree_leaves(signature)))
-  if signature not in cache:
+  if signature not in _COMPILED:
     started = time.perf_counter()
-    cache[signature] = function.lower(*args).compile()
+    _COMPILED[signature] = function.lower(*args).compile()
     timer.add('compile', started)
-  return cache[signature]
+  return _COMPILED[signature]
 
 
 def _restore(state: TrainState, folders, managers):
@@ -380,8 +387,8 @@ def train(task: Task, configs, folders=None, writer: bool = True,
   state = initial_state(task, configs)
   update = optimizers.make_optimizer(first.optimizer, first.learning_rate, first.clipping,
                                      first.clip_threshold).update
-  step_fn = step_function(task, update, first.on_divergence)
-  measure_fn = diagnostics_function(task)
+  step_fn = step_function(task.loss, update, first.on_divergence)
+  measure_fn = diagnostics_function(task.probe, task.recurrent_weight)
   managers, boards, lines, resumed = [], [], [[] for _ in range(runs)], 0
   if folders is not None:
     managers = [run_folder.checkpoints(folder) for folder in folders]
@@ -394,7 +401,6 @@ def train(task: Task, configs, folders=None, writer: bool = True,
     logging.info('resumed %d run(s) from the checkpoint of step %d', runs, resumed)
   writer = writer and folders is not None
   started = timer.add('setup', started)
-  compiled = {}
 
   def save(state, step):
     begun = time.perf_counter()
@@ -425,8 +431,8 @@ def train(task: Task, configs, folders=None, writer: bool = True,
     batch = task.batch(step)
     logged = step == 1 or step % first.log_every == 0 or step == first.steps
     started = timer.add('train_steps', started)
-    step_executable = _compiled(compiled, step_fn, timer, state, batch)
-    measure_executable = _compiled(compiled, measure_fn, timer, state, batch) if logged else None
+    step_executable = _compiled(step_fn, timer, state, batch)
+    measure_executable = _compiled(measure_fn, timer, state, batch) if logged else None
     started = time.perf_counter()
     if logged:  # measured on the params and carry this step starts from
       jax.block_until_ready(state)
