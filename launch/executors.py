@@ -30,6 +30,7 @@ import threading
 import time
 from typing import NamedTuple
 
+from absl import logging
 import submitit
 
 
@@ -151,6 +152,7 @@ def run_job(config_path: str, entries: list) -> int:
   from rnnjax.train import harness
   from rnnjax.train import trainer
 
+  logging.set_verbosity(logging.INFO)  # as launch.run's absl app logs
   run.quiet_logs()
   run.enable_compilation_cache()
   config = run.load_config_file(config_path).get_config()

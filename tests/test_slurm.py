@@ -1,0 +1,101 @@
+"""The sweep launcher against a real single-node Slurm cluster (scripts/start_slurm.sh;
+.ci/run starts it). Skipped where no Slurm answers."""
+
+import csv
+import shutil
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from rnnjax.train import run_folder
+
+CONFIG = '''
+from experiments.configs.char_lm import get_config
+
+def get_sweep():
+  fixed = dict(hidden_size=8, embedding_size=4, batch_size=4, truncation=8, steps=STEPS,
+               log_every=10, checkpoint_every=CHECKPOINT, sample_length=5)
+  return [dict(fixed, spectral_radius=r) for r in RADII]
+'''
+
+
+def slurm_is_up() -> bool:
+  if shutil.which('sinfo') is None:
+    return False
+  result = subprocess.run(['sinfo', '-h', '-o', '%T'], capture_output=True, text=True)
+  return result.returncode == 0 and any(s in result.stdout for s in ('idle', 'mix', 'alloc'))
+
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not slurm_is_up(), reason='no Slurm (scripts/start_slurm.sh)')]
+
+
+def config_file(tmp_path, steps, checkpoint_every, radii):
+  path = tmp_path / 'slurm_tiny.py'
+  path.write_text(CONFIG.replace('STEPS', str(steps)).replace(
+      'CHECKPOINT', str(checkpoint_every)).replace('RADII', repr(tuple(radii))))
+  return path
+
+
+def sweep(config, workdir, *flags):
+  return subprocess.Popen([sys.executable, '-m', 'launch.sweep', f'--config={config}',
+                           f'--workdir={workdir}', *flags], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+
+
+def results(workdir):
+  return [{k: v for k, v in row.items() if k != 'seconds'}
+          for row in csv.DictReader(open(workdir / 'results.csv'))]
+
+
+def test_a_sweep_on_slurm_equals_the_local_sweep(tmp_path, shared_data_dir):
+  config = config_file(tmp_path, 40, 20, (0.5, 0.9, 1.1, 1.5))
+  local = sweep(config, tmp_path / 'local')
+  _, errors = local.communicate(timeout=600)
+  assert local.returncode == 0, errors
+  on_slurm = sweep(config, tmp_path / 'slurm', '--executor=slurm', '--partition=debug',
+                   '--time=10', '--cpus_per_task=2', '--mem_gb=2')
+  output, errors = on_slurm.communicate(timeout=900)
+  assert on_slurm.returncode == 0, errors
+  assert '4 to train in 1 job(s) on Slurm' in output
+  assert results(tmp_path / 'slurm') == results(tmp_path / 'local')
+  assert 'Slurm job' in (tmp_path / 'slurm' / 'spectral_radius=0.5' / 'log.txt').read_text()
+
+
+def job_ids():
+  result = subprocess.run(['squeue', '-h', '-r', '-o', '%i %T'], capture_output=True, text=True)
+  return dict(line.split() for line in result.stdout.splitlines())
+
+
+def test_a_requeued_job_resumes_from_its_checkpoint(tmp_path, shared_data_dir):
+  config = config_file(tmp_path, 20000, 250, (0.9,))
+  whole = sweep(config, tmp_path / 'whole')
+  _, errors = whole.communicate(timeout=900)
+  assert whole.returncode == 0, errors
+  before = set(job_ids())
+  launcher = sweep(config, tmp_path / 'requeued', '--executor=slurm', '--partition=debug',
+                   '--time=20', '--mem_gb=2')
+  folder = tmp_path / 'requeued' / 'run'  # one run: nothing swept
+  deadline = time.time() + 300
+  while time.time() < deadline and not run_folder.saved_steps(folder):
+    time.sleep(0.2)
+  queue = job_ids()
+  job = [j for j, state in queue.items() if j not in before and state == 'RUNNING']
+  assert len(job) == 1 and run_folder.saved_steps(folder), (queue, before)
+  subprocess.run(['scontrol', 'requeue', job[0]], check=True)
+  output, errors = launcher.communicate(timeout=1200)
+  assert launcher.returncode == 0, errors
+  log = (folder / 'log.txt').read_text()
+  assert 'interrupted: signal 15; checkpointed' in log  # SIGTERM: it saved the step it was at
+  assert 'resumed 1 run(s) from the checkpoint of step' in log
+  for name in ('metrics.jsonl', 'summary.json'):
+    assert (folder / name).read_bytes() == (tmp_path / 'whole' / 'run' /
+                                             name).read_bytes(), name
+  for got, expected in zip(jax.tree_util.tree_leaves(run_folder.final_params(folder)[1]),
+                           jax.tree_util.tree_leaves(run_folder.final_params(
+                               tmp_path / 'whole' / 'run')[1])):
+    np.testing.assert_array_equal(got, expected)
