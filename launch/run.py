@@ -103,6 +103,43 @@ def enable_compilation_cache() -> str:
   return folder
 
 
+DISTRIBUTED_VARIABLES = ('RNNJAX_COORDINATOR', 'RNNJAX_NUM_PROCESSES', 'RNNJAX_PROCESS_ID')
+
+
+def initialize_distributed() -> int:
+  """Joins this process to the others of its run under ``jax.distributed`` when it is
+  one of several, before JAX touches a device.
+
+  Several processes: ``$RNNJAX_COORDINATOR`` (host:port of process 0),
+  ``$RNNJAX_NUM_PROCESSES`` and ``$RNNJAX_PROCESS_ID`` (any machines), or a
+  Slurm step of several tasks (``srun``, submitit's ``--nodes`` /
+  ``--tasks_per_node``), whose variables JAX reads itself. CPU devices talk
+  through gloo. Every process then sees every process's devices
+  (``jax.devices()``); the harness lets process 0 alone write the run folder.
+
+  Returns:
+    the number of processes (1: nothing was done).
+
+  Raises:
+    ConfigError: for an incomplete or malformed set of the variables above.
+  """
+  given = {name: os.environ.get(name, '') for name in DISTRIBUTED_VARIABLES}
+  slurm_tasks = os.environ.get('SLURM_STEP_NUM_TASKS', '1')
+  if not any(given.values()) and not (slurm_tasks.isdigit() and int(slurm_tasks) > 1):
+    return 1
+  jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+  if any(given.values()):
+    count, index = given['RNNJAX_NUM_PROCESSES'], given['RNNJAX_PROCESS_ID']
+    if not (given['RNNJAX_COORDINATOR'] and count.isdigit() and index.isdigit() and
+            int(index) < int(count)):
+      raise ConfigError(f'{", ".join(DISTRIBUTED_VARIABLES)}: expected host:port, a number '
+                        f'of processes and an index below it, got {given}')
+    jax.distributed.initialize(given['RNNJAX_COORDINATOR'], int(count), int(index))
+  else:
+    jax.distributed.initialize()  # JAX's Slurm cluster detection
+  return jax.process_count()
+
+
 def quiet_logs() -> None:
   """Hides log lines a CPU user should not see: JAX's search for a TPU, orbax's chatter."""
   python_logging.getLogger('jax._src.xla_bridge').setLevel(python_logging.WARNING)
@@ -255,6 +292,7 @@ def main(argv):
   for signum in (signal.SIGTERM, signal.SIGUSR2):
     signal.signal(signum, _request_stop)
   try:
+    initialize_distributed()
     if bool(FLAGS.workdir) == bool(FLAGS.group):
       raise ConfigError('expected exactly one of --workdir (one run) and --group (a group file)')
     experiment = experiment_module(FLAGS.config)
@@ -271,8 +309,9 @@ def main(argv):
   except trainer.Interrupted as error:
     print(f'interrupted: {error}; run the same command again to resume', file=sys.stderr)
     sys.exit(128 + _STOP[0])
-  for folder, summary in zip(folders, summaries):
-    print(describe(experiment, folder, summary))
+  if jax.process_index() == 0:
+    for folder, summary in zip(folders, summaries):
+      print(describe(experiment, folder, summary))
 
 
 if __name__ == '__main__':

@@ -69,6 +69,9 @@ def define_flags():
   flags.DEFINE_string('account', None, 'slurm: the account to charge (--account).')
   flags.DEFINE_string('qos', None, 'slurm: the quality of service (--qos).')
   flags.DEFINE_integer('array_parallelism', 16, 'slurm: most jobs of the array at once.')
+  flags.DEFINE_integer('nodes', 1, 'slurm: nodes per job; with --tasks_per_node, the job\'s '
+                       'processes train its runs together under jax.distributed.')
+  flags.DEFINE_integer('tasks_per_node', 1, 'slurm: processes per node (one per GPU, say).')
 
 
 def swept_keys(sweep: list[dict]) -> list[str]:
@@ -218,7 +221,8 @@ def main(argv):
           'slurm_partition': FLAGS.partition, 'timeout_min': FLAGS.time,
           'cpus_per_task': FLAGS.cpus_per_task, 'slurm_gpus_per_task': FLAGS.gpus_per_task,
           'mem_gb': FLAGS.mem_gb, 'slurm_account': FLAGS.account, 'slurm_qos': FLAGS.qos,
-          'slurm_array_parallelism': FLAGS.array_parallelism})
+          'slurm_array_parallelism': FLAGS.array_parallelism, 'nodes': FLAGS.nodes,
+          'tasks_per_node': FLAGS.tasks_per_node})
   except ValueError as error:
     print(f'error: {error}', file=sys.stderr)
     sys.exit(1)

@@ -42,6 +42,12 @@ the paper's experiments (weight alpha = 2 there, RNN.py line 467):
   ``through_states``, which lets the gradient also flow through
   phi'(a_t) into W_xh, b and W_hh.
 
+``omega_penalty`` puts Omega inside any loss of an Elman network (a
+classifier, a language model): it takes dE/dh_t from
+``diagnostics.state_gradients`` and holds it and the states constant, so
+``jax.grad`` of ``loss + alpha * omega_penalty(...)`` is the loss gradient
+plus alpha times eq. 10's, added before clipping as RNN.py line 217.
+
 References:
   Pascanu, Mikolov & Bengio (2013), "On the difficulty of training recurrent
   neural networks", section 3.3, eq. 9-10.
@@ -52,6 +58,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rnnjax import cells
+from rnnjax import diagnostics
 from rnnjax import recurrence
 
 RATIOS = ('squared_norm', 'norm')
@@ -190,3 +197,57 @@ def omega_value_and_grad(params, inputs, initial_state, state_gradients,
                  bound)
 
   return jax.value_and_grad(of_params)(params)
+
+
+def omega_penalty(params, inputs, initial_state, loss_fn, activation: str = 'tanh',
+                  lengths=None, states=None, ratio: str = 'squared_norm',
+                  reduction: str = 'mean', bound: float = REFERENCE_BOUND):
+  """Omega of an Elman layer as a term of a loss, differentiable as eq. 10.
+
+  dE/dh_t is ``diagnostics.state_gradients`` of ``loss_fn`` (one forward and
+  one backward pass of ``recurrence.scan``) at the params as they are; it,
+  the states and phi'(a_t) are held constant (``stop_gradient``), so the
+  gradient of the result with respect to ``params`` is that of
+  ``omega_value_and_grad`` with through_states=False: W_hh through the
+  explicit W_hh^T, zeros for the others. In a training loss,
+  ``loss + alpha * omega_penalty(...)`` gives the loss gradient plus alpha
+  times Omega's in W_hh (RNN.py line 217); ``loss + alpha * (omega -
+  stop_gradient(omega))`` gives the same gradient with the loss's value.
+
+  Args:
+    params: the Elman cell params ``{'W_xh': [d, H], 'W_hh': [H, H], 'b':
+      [H]}`` (+ ``'b_hh'``), as ``cells.init_elman`` (e.g.
+      ``params['recurrence']['cell']`` of a ``models.LanguageModel``).
+    inputs: ``<float32>[B, T, d]``, the layer's inputs (an LM's embedded or
+      one-hot tokens, ``model.embed``).
+    initial_state: ``<float32>[B, H]``.
+    loss_fn: ``loss_fn(states <float32>[B, T, H]) -> scalar``, the loss E as a
+      function of the layer's states (the readout and targets closed over);
+      its params may be traced: dE/dh_t is held constant whatever it reads.
+    activation: the cell's phi, one of ``cells.ACTIVATIONS``.
+    lengths: optional ``<int32>[B]``: steps t >= lengths[b] are left out
+      (``omega``); loss_fn should not read them.
+    states: optional ``<float32>[B, T, H]``, the layer's states at these
+      params if the caller has them (e.g. from ``fused.elman_layer``); else
+      they are recomputed (``recurrence.scan``).
+    ratio, reduction, bound: as ``omega`` (default: the reference code's).
+
+  Returns:
+    float scalar Omega >= 0, dimensionless.
+
+  Raises:
+    ValueError: as ``omega`` and ``recurrence.scan``.
+
+  References:
+    Pascanu, Mikolov & Bengio (2013), eq. 9-10; RNN.py lines 188-217 of
+    github.com/pascanur/trainingRNNs.
+  """
+  _check_options(activation, ratio, reduction, bound)
+  cell = cells.elman(activation)
+  held = jax.lax.stop_gradient(params)
+  inputs, initial_state = jax.lax.stop_gradient((inputs, initial_state))
+  _, errors = diagnostics.state_gradients(cell, held, inputs, initial_state, loss_fn)
+  if states is None:
+    states, _ = recurrence.scan(cell, held, inputs, initial_state, lengths)
+  return omega(params['W_hh'], jax.lax.stop_gradient(states), errors, activation, lengths,
+               ratio, reduction, bound)

@@ -2,6 +2,7 @@
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import optax
 import pytest
@@ -12,7 +13,9 @@ from rnnjax import initializers
 from rnnjax import recurrence
 from rnnjax import regularizers
 from rnnjax.data import synthetic
+from rnnjax.train import optimizers
 from rnnjax.train import pascanu
+from rnnjax.train import trainer
 
 # The scalar cell "C1-like": h_t = tanh(0.5 x_t + 1.5 h_{t-1} - 0.25), h_{-1} = 0, x = (1, 2),
 # loss E = h_2 (the last state). By hand, in float64:
@@ -297,3 +300,80 @@ def test_temporal_order_pascanu_range_draws_lengths_as_reference():
     length = int(lengths[batch, 0])
     check_temporal_order(inputs[batch, :, :length], targets[batch], length)
     np.testing.assert_array_equal(inputs[batch, :, length:], 0.0)
+
+
+def chain_step(clipping, grads, params, threshold=1.0, learning_rate=0.5):
+  """One update of ``optimizers.make_optimizer('sgd', ...)``: (new params, measurements)."""
+  chain = optimizers.make_optimizer('sgd', learning_rate, clipping, threshold)
+  updates, state = jax.jit(chain.update)(grads, chain.init(params), params)
+  return optax.apply_updates(params, updates), optimizers.measurements(state)
+
+
+def test_pascanu_clipping_in_the_optimizer_chain():
+  params = model_params()
+  ones = jax.tree_util.tree_map(jnp.ones_like, params)  # 19 entries: norm sqrt(19)
+  # Above the threshold: rescaled to norm 1, as global_norm clipping; recorded in ClipState.
+  new, measured = chain_step('pascanu', ones, params)
+  np.testing.assert_allclose(new['head']['b'], 1.0 - 0.5 / np.sqrt(19), rtol=1e-6)
+  np.testing.assert_allclose(measured['grad_norm'], np.sqrt(19), rtol=1e-6)
+  assert bool(measured['clipped'])
+  np.testing.assert_allclose(measured['update_norm'], 0.5, rtol=1e-6)
+  same, _ = chain_step('global_norm', ones, params)
+  for a, b in zip(jax.tree_util.tree_leaves(new), jax.tree_util.tree_leaves(same)):
+    np.testing.assert_array_equal(a, b)
+  # Below it: unchanged, not clipped; the threshold is the chain's injected hyperparameter.
+  new, measured = chain_step('pascanu', ones, params, threshold=5.0)
+  np.testing.assert_allclose(new['head']['b'], 0.5, rtol=1e-6)
+  assert not bool(measured['clipped'])
+  # Non-finite or > 1e10: W_hh <- W_hh - lr 0.02 W_hh, the rest unchanged; the norm is kept.
+  for bad in (np.nan, np.inf, 2e10):
+    grads = jax.tree_util.tree_map(jnp.ones_like, params)
+    grads['head']['W'] = grads['head']['W'].at[0, 0].set(bad)
+    new, measured = chain_step('pascanu', grads, params)
+    np.testing.assert_allclose(new['cell']['W_hh'], 0.99 * params['cell']['W_hh'], rtol=1e-6)
+    np.testing.assert_array_equal(new['head']['W'], params['head']['W'])
+    np.testing.assert_array_equal(new['cell']['W_xh'], params['cell']['W_xh'])
+    assert bool(measured['clipped'])
+    assert (np.isnan(measured['grad_norm']) if np.isnan(bad) else
+            float(measured['grad_norm']) >= min(bad, 1e10))
+  assert optimizers.family('pascanu') == 'pascanu' and optimizers.handles_non_finite('pascanu')
+  assert not optimizers.handles_non_finite('global_norm')
+  assert not optimizers.handles_non_finite('none')
+  with pytest.raises(ValueError, match=r"clip_threshold: expected a finite value > 0 for "
+                                       r"clipping='pascanu'"):
+    optimizers.check('sgd', 0.01, 'pascanu', 0.0)
+
+
+def fallback_task(w_hh=1.0):
+  """params {'W_hh': [[w]], 'x': [0, 0]}; loss sum(sqrt(x)) = 0, finite, whose gradient
+  d sqrt(x)/dx at 0 is +inf: every step's gradient is non-finite."""
+  return trainer.Task(
+      init=lambda c, k: {'W_hh': jnp.full((1, 1), w_hh), 'x': jnp.zeros(2)},
+      loss=lambda p, c, b, k: (jnp.sum(jnp.sqrt(p['x'])) + 0.0 * jnp.sum(p['W_hh']), c),
+      batch=lambda step: {})
+
+
+def trainer_config(**overrides):
+  fields = dict(seed=0, steps=3, log_every=1, checkpoint_every=0, optimizer='sgd',
+                learning_rate=0.5, clipping='pascanu', clip_threshold=1.0,
+                on_divergence='stop')
+  fields.update(overrides)
+  return ml_collections.ConfigDict(fields)
+
+
+def test_trainer_applies_the_fallback_update_of_a_non_finite_gradient():
+  # clipping 'pascanu': the step is judged by its update (finite), so it is applied:
+  # W_hh <- (1 - 0.5 * 0.02) W_hh three times, x unchanged, nothing skipped or stopped.
+  params, records, _ = trainer.train(fallback_task(), [trainer_config()])
+  np.testing.assert_allclose(params[0]['W_hh'], [[0.99 ** 3]], rtol=1e-6)
+  np.testing.assert_array_equal(params[0]['x'], [0.0, 0.0])
+  record = records[0]
+  assert record['status'] == 'finished' and record['steps_done'] == 3
+  assert record['skipped_steps'] == 0 and record['clipped_fraction'] == 1.0
+  # The same gradient with plain global-norm clipping is skipped (or stops the run).
+  params, records, _ = trainer.train(fallback_task(), [trainer_config(
+      clipping='global_norm', on_divergence='skip')])
+  np.testing.assert_array_equal(params[0]['W_hh'], [[1.0]])
+  assert records[0]['skipped_steps'] == 3
+  _, records, _ = trainer.train(fallback_task(), [trainer_config(clipping='global_norm')])
+  assert records[0]['status'] == 'diverged' and records[0]['diverged_step'] == 1

@@ -47,6 +47,7 @@ def get_config():
   config.clipping = 'global_norm'  # none | global_norm | elementwise
   config.clip_threshold = 0.25
   config.on_divergence = 'stop'  # stop | skip
+  config.layout = 'auto'  # auto | data | runs: over several devices, split the batch or the runs
 
   config.log_every = 200
   config.checkpoint_every = 1000  # steps between checkpoints (0: only at the end)

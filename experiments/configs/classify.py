@@ -52,6 +52,7 @@ def get_config():
   config.clipping = 'global_norm'  # none | global_norm | elementwise
   config.clip_threshold = 1.0
   config.on_divergence = 'stop'  # stop | skip (a NaN/Inf loss's update)
+  config.layout = 'auto'  # auto | data | runs: over several devices, split the batch or the runs
   config.log_every = 100
   config.checkpoint_every = 500  # steps between checkpoints (0: only at the end)
   return config

@@ -38,6 +38,7 @@ def get_config():
   config.clipping = 'global_norm'  # none | global_norm | elementwise
   config.clip_threshold = 1.0
   config.on_divergence = 'stop'  # stop | skip
+  config.layout = 'auto'  # auto | data | runs: over several devices, split the batch or the runs
   config.log_every = 250
   config.checkpoint_every = 1000  # steps between checkpoints (0: only at the end)
 

@@ -19,6 +19,7 @@ import time
 
 from absl import logging
 import jax
+from jax.experimental import multihost_utils
 
 from rnnjax.train import run_folder
 from rnnjax.train import trainer
@@ -91,6 +92,8 @@ def run_group(experiment, configs, folders, overwrite: bool = False, stop_reques
         run_folder.start(folders[i], dicts[i], overwrite)
         for name, data in task.artifacts.items():
           run_folder.write_bytes(folders[i] / name, data)
+    if jax.process_count() > 1:  # the others read the folders only once process 0 set them up
+      multihost_utils.sync_global_devices('rnnjax: run folders ready')
     params, records, timer = trainer.train(task, [configs[i] for i in todo],
                                            [folders[i] for i in todo], writer, stop_requested)
     timer.seconds['task'] = task_seconds

@@ -8,7 +8,11 @@ clipping is global-norm clipping at an infinite threshold.
 
 Global-norm clipping rescales the whole gradient, g <- g min(1, c / ||g||)
 (Pascanu et al. 2013, seed note 001); elementwise clipping clamps each entry
-to [-c, c] (seed note 001's code). The chain's own states record what it
+to [-c, c] (seed note 001's code); 'pascanu' is global-norm clipping with
+the reference code's fallback (``rnnjax.train.pascanu``): a gradient whose
+norm is not finite or above 1e10 is replaced by 0.02 W_hh for W_hh and 0
+elsewhere, so that chain never turns a non-finite gradient into a non-finite
+update (``handles_non_finite``). The chain's own states record what it
 measured (``measurements``): the pre-clip global norm, whether clipping
 changed the gradient, and the global norm of the update that was applied.
 
@@ -25,6 +29,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from rnnjax.train import pascanu
+
 OPTIMIZERS = {
     'sgd': optax.sgd,
     'adagrad': lambda learning_rate: optax.adagrad(learning_rate, initial_accumulator_value=0.0,
@@ -32,7 +38,7 @@ OPTIMIZERS = {
     'adam': optax.adam,
     'adamw': optax.adamw,
 }
-CLIPPINGS = ('none', 'global_norm', 'elementwise')
+CLIPPINGS = ('none', 'global_norm', 'elementwise', 'pascanu')
 
 
 def global_norm(tree) -> jax.Array:
@@ -99,6 +105,39 @@ def clip(family: str, threshold) -> optax.GradientTransformation:
   return optax.GradientTransformation(init, update)
 
 
+def clip_pascanu(threshold) -> optax.GradientTransformation:
+  """Global-norm clipping with the reference fallback of Pascanu et al. (2013),
+  recording ``ClipState``.
+
+  ``pascanu.clip_updates``: n = ||g|| not finite or > 1e10 gives the update
+  0.02 W_hh for every leaf named 'W_hh' and 0 for the others; else g <- g
+  min(1, c / n). ``ClipState.gradient_norm`` is n (NaN or inf when the
+  gradient was not finite), ``clipped`` whether the rescaling or the
+  fallback changed the gradient.
+
+  Args:
+    threshold: c > 0, a float or an array (an injected hyperparameter).
+
+  Returns:
+    an ``optax.GradientTransformation`` whose ``update`` needs ``params``
+    (with a leaf named 'W_hh'; else ValueError at trace time).
+
+  References:
+    Pascanu, Mikolov & Bengio (2013), algorithm 1; RNN.py lines 219-243 of
+    github.com/pascanur/trainingRNNs.
+  """
+  def init(params):
+    del params
+    return ClipState(jnp.zeros([], jnp.float32), jnp.zeros([], bool))
+
+  def update(updates, state, params=None):
+    del state
+    updates, norm, clipped, untrusted = pascanu.clip_updates(updates, params, threshold)
+    return updates, ClipState(norm, clipped | untrusted)
+
+  return optax.GradientTransformation(init, update)
+
+
 def measure_updates() -> optax.GradientTransformation:
   """The identity, recording the update's global norm in ``UpdateState``."""
   def init(params):
@@ -118,8 +157,9 @@ def _injected(name: str, family: str):
   injected as array hyperparameters: every run that shares these two shares its
   ``update`` function, so a jitted step compiles once for all of them."""
   def factory(learning_rate, clip_threshold):
-    return optax.chain(clip(family, clip_threshold), OPTIMIZERS[name](learning_rate),
-                       measure_updates())
+    clipping = clip_pascanu(clip_threshold) if family == 'pascanu' else clip(family,
+                                                                             clip_threshold)
+    return optax.chain(clipping, OPTIMIZERS[name](learning_rate), measure_updates())
   return optax.inject_hyperparams(factory)(learning_rate=1.0, clip_threshold=1.0)
 
 
@@ -140,8 +180,15 @@ def check(name: str, learning_rate: float, clipping: str = 'none',
 
 
 def family(clipping: str) -> str:
-  """The chain a clipping setting runs on: 'elementwise', else 'global_norm'."""
-  return 'elementwise' if clipping == 'elementwise' else 'global_norm'
+  """The chain a clipping setting runs on: 'elementwise', 'pascanu', else 'global_norm'."""
+  return clipping if clipping in ('elementwise', 'pascanu') else 'global_norm'
+
+
+def handles_non_finite(clipping: str) -> bool:
+  """Whether the chain of ``clipping`` replaces a non-finite gradient by a finite update
+  ('pascanu': the reference fallback), so that a step is judged by the update it
+  applies (the trainer's finiteness test), not by the gradient's norm."""
+  return family(clipping) == 'pascanu'
 
 
 def make_optimizer(name: str, learning_rate: float, clipping: str = 'none',
@@ -156,7 +203,9 @@ def make_optimizer(name: str, learning_rate: float, clipping: str = 'none',
     name: 'sgd', 'adagrad' (accumulator from 0, eps 1e-8 inside the square
       root, as in seed note 001), 'adam' or 'adamw'.
     learning_rate: finite, > 0.
-    clipping: 'none', 'global_norm' or 'elementwise'.
+    clipping: 'none', 'global_norm', 'elementwise' or 'pascanu' (global norm
+      with the reference fallback, ``clip_pascanu``; needs params with a
+      'W_hh' leaf).
     clip_threshold: c, finite and > 0 (ignored for 'none').
 
   Raises:

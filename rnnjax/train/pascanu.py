@@ -51,6 +51,63 @@ def global_norm(tree) -> jax.Array:
   return jnp.where(jnp.isfinite(largest), norm, largest)
 
 
+def _is_recurrent(path, recurrent_name: str) -> bool:
+  return any(getattr(entry, 'key', None) == recurrent_name for entry in path)
+
+
+def clip_updates(updates, params, threshold, fallback_factor: float = REFERENCE_FALLBACK_FACTOR,
+                 max_trusted_norm: float = REFERENCE_MAX_TRUSTED_NORM,
+                 recurrent_name: str = 'W_hh'):
+  """The rule of ``clip_with_fallback`` as a pure function of one gradient.
+
+  With n = ``global_norm(updates)``: untrusted (n not finite or n >
+  max_trusted_norm): every leaf named ``recurrent_name`` becomes
+  ``fallback_factor * params``, every other leaf 0; else n > threshold:
+  g <- (g / n) threshold; else g unchanged.
+
+  Args:
+    updates: the gradient, a pytree shaped as ``params``.
+    params: the current params; they must hold a leaf named
+      ``recurrent_name`` (at any depth).
+    threshold: c > 0, a float or a float array (traced, e.g. an injected
+      hyperparameter; it is not checked here).
+    fallback_factor, max_trusted_norm, recurrent_name: as
+      ``clip_with_fallback``.
+
+  Returns:
+    ``(updates, norm <float32>[], clipped <bool>[], untrusted <bool>[])``:
+    the new updates (dtypes as given), the pre-clip global norm, whether the
+    rescaling applied (n > c, finite n) and whether the fallback replaced
+    the gradient.
+
+  Raises:
+    ValueError: for params None or without a leaf named ``recurrent_name``
+      (at trace time).
+
+  References:
+    RNN.py lines 219-243 of github.com/pascanur/trainingRNNs.
+  """
+  if params is None:
+    raise ValueError('params: expected the current params (the fallback replaces the '
+                     f'gradient of {recurrent_name!r} by a multiple of it), got None')
+  paths = [path for path, _ in jax.tree_util.tree_leaves_with_path(params)]
+  if not any(_is_recurrent(path, recurrent_name) for path in paths):
+    raise ValueError(f'recurrent_name: expected a leaf named {recurrent_name!r} in params, '
+                     f'found none among {[jax.tree_util.keystr(p) for p in paths]}')
+  norm = global_norm(updates)
+  untrusted = ~jnp.isfinite(norm) | (norm > max_trusted_norm)
+  clip = (norm > threshold) & ~untrusted
+  divisor = jnp.where(clip, norm, 1.0)
+
+  def one_leaf(path, g, p):
+    fallback = fallback_factor * p if _is_recurrent(path, recurrent_name) else jnp.zeros_like(g)
+    clipped = jnp.where(clip, (g / divisor) * threshold, g)  # g / n <= 1: no underflow
+    return jnp.where(untrusted, fallback, clipped).astype(g.dtype)
+
+  updates = jax.tree_util.tree_map_with_path(one_leaf, updates, params)
+  return updates, norm.astype(jnp.float32), clip, untrusted
+
+
 def clip_with_fallback(threshold: float = REFERENCE_THRESHOLD,
                        fallback_factor: float = REFERENCE_FALLBACK_FACTOR,
                        max_trusted_norm: float = REFERENCE_MAX_TRUSTED_NORM,
@@ -66,7 +123,9 @@ def clip_with_fallback(threshold: float = REFERENCE_THRESHOLD,
   * else g is unchanged.
 
   Put it before ``optax.sgd(lr)``: the fallback step is then W_hh <- (1 -
-  0.02 lr) W_hh. max_trusted_norm=inf keeps only the non-finite case.
+  0.02 lr) W_hh. max_trusted_norm=inf keeps only the non-finite case. The
+  same rule, recording what it saw, is the clipping 'pascanu' of
+  ``optimizers.make_optimizer`` (``clip_updates``).
 
   Args:
     threshold: c > 0 (inf: no clipping, the fallback alone).
@@ -93,32 +152,14 @@ def clip_with_fallback(threshold: float = REFERENCE_THRESHOLD,
   if not np.isfinite(fallback_factor):
     raise ValueError(f'fallback_factor: expected a finite value, got {fallback_factor!r}')
 
-  def is_recurrent(path):
-    return any(getattr(entry, 'key', None) == recurrent_name for entry in path)
-
   def init(params):
     del params
     return optax.EmptyState()
 
   def update(updates, state, params=None):
-    if params is None:
-      raise ValueError('params: expected the current params (the fallback replaces the '
-                       f'gradient of {recurrent_name!r} by a multiple of it), got None')
-    paths = [path for path, _ in jax.tree_util.tree_leaves_with_path(params)]
-    if not any(is_recurrent(path) for path in paths):
-      raise ValueError(f'recurrent_name: expected a leaf named {recurrent_name!r} in params, '
-                       f'found none among {[jax.tree_util.keystr(p) for p in paths]}')
-    norm = global_norm(updates)
-    untrusted = ~jnp.isfinite(norm) | (norm > max_trusted_norm)
-    clip = norm > threshold
-    divisor = jnp.where(clip, norm, 1.0)
-
-    def one_leaf(path, g, p):
-      fallback = fallback_factor * p if is_recurrent(path) else jnp.zeros_like(g)
-      clipped = jnp.where(clip, (g / divisor) * threshold, g)  # g / n <= 1: no underflow
-      return jnp.where(untrusted, fallback, clipped).astype(g.dtype)
-
-    return jax.tree_util.tree_map_with_path(one_leaf, updates, params), state
+    updates, _, _, _ = clip_updates(updates, params, threshold, fallback_factor,
+                                    max_trusted_norm, recurrent_name)
+    return updates, state
 
   return optax.GradientTransformation(init, update)
 

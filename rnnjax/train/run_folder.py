@@ -30,6 +30,7 @@ import shutil
 import socket
 
 from absl import logging
+import jax
 import orbax.checkpoint as ocp
 
 CONFIG = 'config.json'
@@ -289,8 +290,13 @@ def final_params(folder: pathlib.Path) -> tuple[dict, dict]:
   steps = saved_steps(folder)
   if not steps:
     raise FileNotFoundError(f'{folder} has no checkpoint; rerun it with --overwrite')
-  with ocp.CheckpointManager((folder / CHECKPOINTS).absolute()) as manager:
-    state = manager.restore(steps[-1])
+  here = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])  # whatever it was saved on
+  with ocp.CheckpointManager((folder / CHECKPOINTS).absolute(),
+                             item_handlers=ocp.StandardCheckpointHandler()) as manager:
+    target = jax.tree_util.tree_map(
+        lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=here),
+        manager.item_metadata(steps[-1]))
+    state = manager.restore(steps[-1], args=ocp.args.StandardRestore(target))
   return read_json(folder / CONFIG), state['params']
 
 

@@ -10,6 +10,8 @@ single run is a group of one. The step of a run:
   loss, carry' = task.loss(params, carry, batch, key_t)     key_t = fold_in(key, t)
   params', opt_state' = optimizer step (clip -> optimizer -> measure)
   finite = loss, the pre-clip gradient norm, params' and carry' all finite
+           (clipping 'pascanu', whose fallback turns a non-finite gradient into
+           a finite update: loss, params' and carry' all finite)
 
 One divergence rule: a step that is not finite is never applied (params,
 optimizer state and carry stay as they were, so params are always the last
@@ -39,6 +41,7 @@ import orbax.checkpoint as ocp
 
 from rnnjax import diagnostics
 from rnnjax import initializers
+from rnnjax.train import devices
 from rnnjax.train import optimizers
 from rnnjax.train import run_folder
 
@@ -109,6 +112,9 @@ def check_config(config) -> None:
     value = config[name]
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
       raise ValueError(f'config.{name}: expected an int >= {low}, got {value!r}')
+  if config.get('layout', 'auto') not in devices.LAYOUTS:
+    raise ValueError(f'config.layout: expected one of {devices.LAYOUTS}, got '
+                     f'{config.layout!r}')
   if config.on_divergence not in ON_DIVERGENCE:
     raise ValueError(f'config.on_divergence: expected one of {ON_DIVERGENCE}, got '
                      f'{config.on_divergence!r}')
@@ -187,13 +193,17 @@ def _reset_interval(counters: Counters) -> Counters:
 
 
 @functools.lru_cache(maxsize=None)
-def step_function(loss, update, on_divergence: str):
+def step_function(loss, update, on_divergence: str, judge_by_update: bool = False):
   """The jitted group step ``step(state, batch) -> state`` (the module docstring's rule)
-  of a task's ``loss``; one per (loss, update, on_divergence) in a process.
+  of a task's ``loss``; one per (loss, update, on_divergence, judge_by_update) in a
+  process.
 
   ``update`` is the optimizer chain's update function, shared by the group's
   runs (``optimizers.make_optimizer`` gives one per optimizer and clipping
   family); each run's learning rate and threshold live in its opt_state.
+  ``judge_by_update`` (``optimizers.handles_non_finite``: clipping 'pascanu')
+  leaves the pre-clip gradient norm out of the finiteness test, so that a step
+  whose gradient is not finite but whose fallback update is, is applied.
   """
   def one_run(params, opt_state, carry, key_data, counters, batch, step):
     key = jax.random.fold_in(jax.random.wrap_key_data(key_data), step)
@@ -202,8 +212,9 @@ def step_function(loss, update, on_divergence: str):
     updates, new_opt_state = update(grads, opt_state, params)
     new_params = optax.apply_updates(params, updates)
     measured = optimizers.measurements(new_opt_state)
-    finite = (jnp.isfinite(value) & jnp.isfinite(measured['grad_norm']) &
-              _all_finite(new_params) & _all_finite(new_carry))
+    gradient_finite = True if judge_by_update else jnp.isfinite(measured['grad_norm'])
+    finite = (jnp.isfinite(value) & gradient_finite & _all_finite(new_params) &
+              _all_finite(new_carry))
     active = ~counters.stopped
     apply = finite & active
     keep = lambda new, old: jax.tree_util.tree_map(lambda n, o: jnp.where(apply, n, o), new, old)
@@ -315,7 +326,9 @@ _COMPILED = {}  # (jitted function, argument structure and shapes) -> executable
 def _compiled(function, timer: Timer, *args):
   """``function`` compiled for the shapes of ``args`` (once per shape in a process), the
   compilation timed."""
-  signature = jax.tree_util.tree_map(lambda x: (np.shape(x), str(x.dtype) if hasattr(x, "dtype") else type(x).__name__), args)
+  signature = jax.tree_util.tree_map(
+      lambda x: (np.shape(x), str(x.dtype) if hasattr(x, 'dtype') else type(x).__name__,
+                 str(getattr(x, 'sharding', ''))), args)
   signature = (function, jax.tree_util.tree_structure(args),
                tuple(jax.tree_util.tree_leaves(signature)))
   if signature not in _COMPILED:
@@ -325,13 +338,15 @@ def _compiled(function, timer: Timer, *args):
   return _COMPILED[signature]
 
 
-def _restore(state: TrainState, folders, managers):
-  """Resumes the group from the newest step that every run's folder can restore.
+def _restore(state: TrainState, folders, managers, sharding=None):
+  """Resumes the group from the newest step that every run's folder can restore
+  (onto ``sharding``, every device, when several devices train the group).
 
   Returns:
     ``(state, step)``; step 0 (and ``state`` as given) when there is none.
   """
-  targets = [jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
+  targets = [jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype,
+                                                                   sharding=sharding),
                                     _run(state, i)) for i in range(len(folders))]
   common = set.intersection(*(set(run_folder.saved_steps(f)) for f in folders))
   for step in sorted(common, reverse=True):
@@ -342,7 +357,7 @@ def _restore(state: TrainState, folders, managers):
         break
       restored.append(value)
     if len(restored) == len(folders):
-      return _group(restored), step
+      return devices.to_host(_group(restored)), step
   return state, 0
 
 
@@ -387,16 +402,20 @@ def train(task: Task, configs, folders=None, writer: bool = True,
   state = initial_state(task, configs)
   update = optimizers.make_optimizer(first.optimizer, first.learning_rate, first.clipping,
                                      first.clip_threshold).update
-  step_fn = step_function(task.loss, update, first.on_divergence)
+  step_fn = step_function(task.loss, update, first.on_divergence,
+                          optimizers.handles_non_finite(first.clipping))
   measure_fn = diagnostics_function(task.probe, task.recurrent_weight)
+  where = devices.placement(first.get('layout', 'auto'), runs, task.batch(1))
   managers, boards, lines, resumed = [], [], [[] for _ in range(runs)], 0
   if folders is not None:
     managers = [run_folder.checkpoints(folder) for folder in folders]
-    state, resumed = _restore(state, folders, managers)
+    state, resumed = _restore(state, folders, managers, devices.replicated(where))
     if writer:
       lines = [run_folder.cut_metrics(folder, resumed) for folder in folders]
       boards = [run_folder.tensorboard(folder, resumed + 1 if resumed else None)
                 for folder in folders]
+  state = devices.place_state(where, state)
+  logging.info('%d run(s) on %s', runs, devices.describe(where))
   if resumed:
     logging.info('resumed %d run(s) from the checkpoint of step %d', runs, resumed)
   writer = writer and folders is not None
@@ -410,7 +429,7 @@ def train(task: Task, configs, folders=None, writer: bool = True,
     timer.add('checkpoint', begun)
 
   def log(state, step, radius, profile):
-    counters = jax.device_get(state.counters)
+    counters = devices.to_host(state.counters)
     for i in range(runs):
       if counters.stopped[i]:  # stopped in this interval or before: no more lines
         continue
@@ -428,7 +447,7 @@ def train(task: Task, configs, folders=None, writer: bool = True,
   step = resumed
   while step < first.steps:
     step += 1
-    batch = task.batch(step)
+    batch = devices.place_batch(where, task.batch(step))
     logged = step == 1 or step % first.log_every == 0 or step == first.steps
     started = timer.add('train_steps', started)
     step_executable = _compiled(step_fn, timer, state, batch)
@@ -437,7 +456,7 @@ def train(task: Task, configs, folders=None, writer: bool = True,
     if logged:  # measured on the params and carry this step starts from
       jax.block_until_ready(state)
       started = timer.add('train_steps', started)
-      radius, profile = jax.device_get(measure_executable(state, batch))
+      radius, profile = devices.to_host(measure_executable(state, batch))
       started = timer.add('metrics', started)
     state = step_executable(state, batch)
     if logged:
@@ -445,7 +464,7 @@ def train(task: Task, configs, folders=None, writer: bool = True,
       started = timer.add('train_steps', started)
       state = log(state, step, radius, profile)
       started = timer.add('metrics', started)
-    stopped = logged and bool(jnp.all(state.counters.stopped))
+    stopped = logged and bool(np.all(devices.to_host(state.counters.stopped)))
     if step == first.steps or stopped or (first.checkpoint_every and
                                           step % first.checkpoint_every == 0):
       started = timer.add('train_steps', started)
@@ -464,7 +483,7 @@ def train(task: Task, configs, folders=None, writer: bool = True,
   for board in boards:
     board.close()
 
-  counters = jax.device_get(state.counters)
+  counters = devices.to_host(state.counters)
   records = []
   for i in range(runs):
     run_lines = lines[i]
@@ -481,4 +500,4 @@ def train(task: Task, configs, folders=None, writer: bool = True,
         'first_profile': run_lines[0]['profile'] if run_lines else {},
         'last_profile': run_lines[-1]['profile'] if run_lines else {},
     })
-  return unstack(state.params, runs), records, timer
+  return unstack(devices.to_host(state.params), runs), records, timer

@@ -1,0 +1,143 @@
+"""Where a group's training state and batches live: one mesh over every device.
+
+The mesh has one axis, 'devices', over ``jax.devices()`` (every process's
+devices when several processes run under ``jax.distributed``). Two layouts:
+
+  'data'  data parallel: the batch axis of every batch and of the recurrent
+          carry is split over the devices; params, optimizer state and
+          counters are replicated, and XLA sums the gradients across devices.
+  'runs'  the run axis of a vmapped group is split over the devices: each
+          device trains its slice of the runs (the natural way to spread a
+          sweep over a multi-GPU node); batches are replicated.
+
+'auto' (the default) uses every device: 'runs' when the group's runs divide
+evenly over them, else 'data' when the batch does, else one device. With one
+device nothing is placed at all. Host values become global arrays through
+``jax.make_array_from_callback``, so every process passes the same host
+value (the same seeds, the same batch) and keeps only its own shards.
+"""
+
+import math
+from typing import NamedTuple
+
+from absl import logging
+import jax
+from jax.experimental import multihost_utils
+import numpy as np
+
+LAYOUTS = ('auto', 'data', 'runs')
+
+
+class Placement(NamedTuple):
+  """A layout on a mesh; ``mesh`` None: one device, nothing placed."""
+  layout: str  # 'data', 'runs' or 'single'
+  mesh: jax.sharding.Mesh | None
+
+
+def _batch_size(batch):
+  sizes = {np.shape(leaf)[0] for leaf in jax.tree_util.tree_leaves(batch) if np.ndim(leaf)}
+  return sizes.pop() if len(sizes) == 1 else None
+
+
+def placement(layout: str, runs: int, batch) -> Placement:
+  """The placement of a group of ``runs`` runs whose batches look like ``batch``.
+
+  Args:
+    layout: 'auto', 'data' or 'runs' (``config.layout``).
+    runs: R, the runs of the group.
+    batch: a batch of the task (its leading axes are the batch axis).
+
+  Returns:
+    a ``Placement`` on ``jax.devices()``.
+
+  Raises:
+    ValueError: naming ``config.layout`` for an unknown layout, or a layout the
+      group cannot take (runs or batch not divisible by the number of devices).
+  """
+  if layout not in LAYOUTS:
+    raise ValueError(f'config.layout: expected one of {LAYOUTS}, got {layout!r}')
+  devices = jax.devices()
+  count, batch_size = len(devices), _batch_size(batch)
+  if count == 1:
+    return Placement('single', None)
+  if layout == 'auto':
+    layout = ('runs' if runs % count == 0 else
+              'data' if batch_size and batch_size % count == 0 else 'single')
+    if layout == 'single':
+      logging.warning('layout auto: neither the %d runs nor the batch (%s) divide over the %d '
+                      'devices; training on one device', runs, batch_size, count)
+      return Placement('single', None)
+  if layout == 'runs' and runs % count:
+    raise ValueError(f"config.layout: 'runs' needs a number of runs divisible by the "
+                     f'{count} devices, got a group of {runs}')
+  if layout == 'data' and not (batch_size and batch_size % count == 0):
+    raise ValueError(f"config.layout: 'data' needs a batch size divisible by the {count} "
+                     f'devices, got {batch_size}')
+  return Placement(layout, jax.sharding.Mesh(np.array(devices), ('devices',)))
+
+
+def _global(value, sharding):
+  host = np.asarray(value)
+  return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+
+def _spec(leaf, axis):
+  """A PartitionSpec splitting ``axis`` of ``leaf`` over 'devices' (None: replicated)."""
+  if axis is None or np.ndim(leaf) <= axis:
+    return jax.sharding.PartitionSpec()
+  return jax.sharding.PartitionSpec(*([None] * axis + ['devices']))
+
+
+def place_state(where: Placement, state):
+  """A ``trainer.TrainState`` as global arrays laid out for ``where`` (on one device: put
+  there): 'runs' splits every per-run leaf's axis 0, 'data' the carry's batch axis 1."""
+  if where.mesh is None:
+    return jax.device_put(state)
+
+  def place(tree, axis):
+    return jax.tree_util.tree_map(lambda leaf: _global(leaf, jax.sharding.NamedSharding(
+        where.mesh, _spec(leaf, axis))), tree)
+
+  per_run = 0 if where.layout == 'runs' else None
+  return state._replace(params=place(state.params, per_run),
+                        opt_state=place(state.opt_state, per_run),
+                        carry=place(state.carry, 0 if where.layout == 'runs' else 1),
+                        key=place(state.key, per_run), step=place(state.step, None),
+                        counters=place(state.counters, per_run))
+
+
+def place_batch(where: Placement, batch):
+  """A batch as global arrays: split on its batch axis for 'data', else replicated."""
+  if where.mesh is None:
+    return batch
+  axis = 0 if where.layout == 'data' else None
+  return jax.tree_util.tree_map(
+      lambda leaf: _global(leaf, jax.sharding.NamedSharding(where.mesh, _spec(leaf, axis))),
+      batch)
+
+
+def replicated(where: Placement):
+  """The sharding that restores a checkpoint onto every device of ``where`` (whatever
+  devices it was saved from)."""
+  if where.mesh is None:
+    return jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+  return jax.sharding.NamedSharding(where.mesh, jax.sharding.PartitionSpec())
+
+
+def to_host(tree):
+  """Numpy copies of a pytree of (possibly global, possibly other processes') arrays."""
+  def host(leaf):
+    if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
+      if leaf.is_fully_replicated:
+        return np.asarray(leaf.addressable_data(0))
+      return np.asarray(multihost_utils.process_allgather(leaf, tiled=True))
+    return np.asarray(leaf)
+  return jax.tree_util.tree_map(host, tree)
+
+
+def describe(where: Placement) -> str:
+  if where.mesh is None:
+    return 'one device'
+  count = math.prod(where.mesh.devices.shape)
+  return (f'{count} devices ({jax.process_count()} process(es)), '
+          f'{"batch" if where.layout == "data" else "runs"} split over them')

@@ -1,0 +1,139 @@
+"""Many devices and many processes: the same numbers as one device.
+
+Each run is a real ``python -m launch.run`` subprocess on CPU devices made by
+``--xla_force_host_platform_device_count``: a character-LM run data parallel
+over 8 devices, a group of 8 runs one per device, and one run data parallel
+over the 4 devices of 2 processes joined by ``jax.distributed`` on localhost;
+each is compared with the same run on one device after 20 steps (every logged
+loss and the final params to 1e-5 relative).
+"""
+
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from rnnjax.train import devices
+from rnnjax.train import run_folder
+
+pytestmark = pytest.mark.slow
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SMALL = ['--config=experiments/configs/char_lm.py', '--config.hidden_size=32',
+         '--config.embedding_size=16', '--config.batch_size=16', '--config.truncation=16',
+         '--config.steps=20', '--config.log_every=5', '--config.sample_length=10',
+         '--config.checkpoint_every=0', '--config.optimizer=sgd', '--config.learning_rate=1.0']
+# SGD: Adam's m / sqrt(v) turns the last-bit differences of a reordered gradient
+# sum into visible ones for entries whose gradient is near zero (rare characters).
+
+
+def environment(device_count: int, **extra) -> dict:
+  env = dict(os.environ, XLA_FLAGS=f'--xla_force_host_platform_device_count={device_count}',
+             RNNJAX_COMPILATION_CACHE='', **extra)
+  env.setdefault('RNNJAX_DATA_DIR', str(ROOT.parent / 'shared' / 'data'))
+  return env
+
+
+def launch(arguments, device_count: int = 1, **extra) -> subprocess.Popen:
+  return subprocess.Popen([sys.executable, '-m', 'launch.run', *SMALL, *arguments], cwd=ROOT,
+                          env=environment(device_count, **extra), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+
+
+def finish(process: subprocess.Popen) -> str:
+  output, _ = process.communicate(timeout=600)
+  assert process.returncode == 0, output[-3000:]
+  return output
+
+
+def run(arguments, device_count: int = 1) -> str:
+  return finish(launch(arguments, device_count))
+
+
+def losses(folder: pathlib.Path) -> list[float]:
+  return [line['loss'] for line in run_folder.read_metrics(folder)]
+
+
+def assert_same_run(folder: pathlib.Path, reference: pathlib.Path) -> None:
+  assert [line['step'] for line in run_folder.read_metrics(folder)] == [1, 5, 10, 15, 20]
+  np.testing.assert_allclose(losses(folder), losses(reference), rtol=1e-5)
+  _, params = run_folder.final_params(folder)
+  _, expected = run_folder.final_params(reference)
+  for got, want in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(expected)):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.max(np.abs(want)))
+
+
+@pytest.fixture(scope='module')
+def one_device(tmp_path_factory) -> pathlib.Path:
+  folder = tmp_path_factory.mktemp('one_device') / 'run'
+  run([f'--workdir={folder}'])
+  return folder
+
+
+def test_data_parallel_over_8_devices_equals_one_device(one_device, tmp_path):
+  output = run([f'--workdir={tmp_path}', '--config.layout=data'], device_count=8)
+  assert '8 devices (1 process(es)), batch split over them' in output
+  assert_same_run(tmp_path, one_device)
+
+
+def test_group_of_8_runs_one_per_device_equals_one_device(tmp_path):
+  rates = [0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0]
+
+  def group_file(name):
+    entries = [{'workdir': str(tmp_path / name / f'lr{rate}'),
+                'overrides': {'learning_rate': rate}} for rate in rates]
+    path = tmp_path / f'{name}.json'
+    path.write_text(json.dumps(entries))
+    return path
+
+  run([f'--group={group_file("one")}'])
+  output = run([f'--group={group_file("eight")}', '--config.layout=runs'], device_count=8)
+  assert '8 devices (1 process(es)), runs split over them' in output
+  for rate in rates:
+    assert_same_run(tmp_path / 'eight' / f'lr{rate}', tmp_path / 'one' / f'lr{rate}')
+  assert len({losses(tmp_path / 'one' / f'lr{rate}')[-1] for rate in rates}) == len(rates)
+
+
+def free_port() -> int:
+  with socket.socket() as probe:
+    probe.bind(('127.0.0.1', 0))
+    return probe.getsockname()[1]
+
+
+def test_two_processes_train_one_run_over_their_4_devices(one_device, tmp_path):
+  coordinator = f'127.0.0.1:{free_port()}'
+  processes = [launch([f'--workdir={tmp_path}', '--config.layout=data'], device_count=2,
+                      RNNJAX_COORDINATOR=coordinator, RNNJAX_NUM_PROCESSES='2',
+                      RNNJAX_PROCESS_ID=str(index)) for index in range(2)]
+  outputs = [finish(process) for process in processes]
+  assert all('4 devices (2 process(es)), batch split over them' in out for out in outputs)
+  assert f'{tmp_path}: finished after 20 steps' in outputs[0]
+  assert 'finished after' not in outputs[1]  # process 1 reports nothing and writes nothing
+  assert_same_run(tmp_path, one_device)  # one line per logged step: written once
+  assert len(list((tmp_path / 'tensorboard').iterdir())) == 1
+  assert run_folder.read_json(tmp_path / 'summary.json')['steps_done'] == 20
+
+
+def test_layout_errors_name_the_field():
+  with pytest.raises(ValueError, match='config.layout: expected one of'):
+    devices.placement('rows', 1, {'ids': np.zeros((4, 3))})
+
+
+def test_one_device_places_nothing():
+  assert devices.placement('auto', 3, {'ids': np.zeros((4, 3))}).mesh is None
+  assert devices.describe(devices.Placement('single', None)) == 'one device'
+
+
+def test_bad_distributed_variables_are_one_line(tmp_path):
+  result = subprocess.run(
+      [sys.executable, '-m', 'launch.run', *SMALL, f'--workdir={tmp_path}'], cwd=ROOT,
+      env=environment(1, RNNJAX_COORDINATOR='127.0.0.1:1', RNNJAX_NUM_PROCESSES='2',
+                      RNNJAX_PROCESS_ID='5'), capture_output=True, text=True, timeout=300)
+  assert result.returncode == 1
+  assert result.stderr.strip().splitlines()[-1].startswith('error: RNNJAX_COORDINATOR')
+  assert not (tmp_path / 'config.json').exists()

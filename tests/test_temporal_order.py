@@ -1,0 +1,259 @@
+"""Pascanu et al. (2013) experiments: the temporal order problem and character-level PTB."""
+
+import json
+import os
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from experiments import ptb_chars
+from experiments import temporal_order
+from experiments.configs import ptb_chars as ptb_chars_config
+from experiments.configs import temporal_order as temporal_order_config
+from launch import sweep
+from rnnjax import cells
+from rnnjax import diagnostics
+from rnnjax import evaluation
+from rnnjax import regularizers
+from rnnjax.train import harness
+from rnnjax.train import run_folder
+from rnnjax.train import tasks
+from rnnjax.train import trainer
+
+
+def tiny(**overrides):
+  """A temporal-order config small enough to train in a test."""
+  config = temporal_order_config.get_config()
+  fields = dict(length=10, hidden_size=4, batch_size=4, steps=3, log_every=2, test_size=20,
+                test_chunk=10)
+  fields.update(overrides)
+  config.update(fields)
+  return config
+
+
+@pytest.mark.parametrize('field, value, message', [
+    ('mode', 'random', r"config.mode: expected one of \('fixed', 'range'\), got 'random'"),
+    ('length', 9, r'config.length: expected an int >= 10, got 9'),
+    ('max_length', 40, r'config.max_length: expected an int >= 50, got 40'),
+    ('init', 'sigmoid', r"config.init: expected one of \('basic_tanh', 'smart_tanh'\)"),
+    ('optimizer', 'adam', r"config.optimizer: expected 'sgd'"),
+    ('clipping', 'global_norm', r"config.clipping: expected 'none' or 'pascanu', got"),
+    ('omega_weight', -1.0, r'config.omega_weight: expected a finite value >= 0, got -1.0'),
+    ('method', 'MSGD-C', r"config.method: 'MSGD-C' expects clipping 'pascanu' and "
+                         r"omega_weight 0, got clipping 'pascanu' and omega_weight 2.0"),
+    ('test_size', 1500, r'config.test_size: expected a multiple of config.test_chunk = 1000'),
+    ('test_lengths', (50, 5), r'config.test_lengths: expected a tuple of ints >= 10'),
+    ('success_threshold', 0.0, r'config.success_threshold: expected an error rate in \(0, 1\]'),
+])
+def test_config_errors_name_the_field(field, value, message):
+  config = temporal_order_config.get_config()
+  temporal_order.check_config(config)  # the default passes
+  config[field] = value
+  with pytest.raises(ValueError, match=message):
+    harness.check(temporal_order, [config])
+
+
+def test_sweep_trains_all_seeds_and_inits_of_a_setting_as_one_group():
+  module = temporal_order_config
+  overrides = module.get_sweep()
+  assert len(overrides) == 4 * 3 * 2 * 5
+  configs = sweep.run_configs(module.get_config(), overrides)
+  groups = {}
+  for config in configs:
+    harness.check(temporal_order, [config])
+    groups.setdefault(trainer.group_key(config, temporal_order.VMAPPABLE), []).append(config)
+  assert len(groups) == 4 * 3  # one program per (length, method)
+  for members in groups.values():
+    assert len(members) == 10
+    assert {(c.seed, c.init) for c in members} == {
+        (s, i) for s in range(5) for i in temporal_order.INITS}
+    assert len({(c.length, c.method, c.clipping, c.omega_weight) for c in members}) == 1
+    harness.check(temporal_order, members)  # one group: no error
+  methods = {c.method: (c.clipping, c.omega_weight, c.learning_rate, c.batch_size,
+                        c.hidden_size) for c in configs}
+  assert methods == {'MSGD': ('none', 0.0, 0.01, 20, 50), 'MSGD-C': ('pascanu', 0.0, 0.01, 20, 50),
+                     'MSGD-CR': ('pascanu', 2.0, 0.01, 20, 50)}
+
+
+def test_inits_follow_the_reference_code(key):
+  basic = temporal_order.init_params(tiny(init='basic_tanh', hidden_size=50), key)
+  smart = temporal_order.init_params(tiny(init='smart_tanh', hidden_size=50), key)
+  assert basic['cell']['W_xh'].shape == (6, 50) and basic['W_out'].shape == (50, 4)
+  np.testing.assert_allclose(np.std(basic['cell']['W_hh']), 0.1, rtol=0.05)
+  np.testing.assert_allclose(np.std(smart['W_out']), 0.01, rtol=0.2)
+  np.testing.assert_array_equal(np.count_nonzero(np.asarray(smart['cell']['W_hh']), axis=1), 15)
+  rho = np.max(np.abs(np.linalg.eigvals(np.asarray(smart['cell']['W_hh'], np.float64))))
+  np.testing.assert_allclose(rho, 0.95, atol=1e-5)
+
+
+@pytest.mark.parametrize('mode', ['fixed', 'range'])
+def test_omega_term_in_the_loss_has_the_gradient_of_omega_value_and_grad(key, mode):
+  config = tiny(mode=mode, min_length=10, max_length=14, hidden_size=5, init='basic_tanh')
+  params = temporal_order.init_params(config, key)
+  params['cell']['W_hh'] = 0.6 * params['cell']['W_hh'] / 0.1  # gradients that do not vanish
+  inputs, targets, lengths = temporal_order.draw(config, jax.random.key(3), 3)
+  weight = 2.0
+
+  @jax.jit
+  def compute(params):
+    grad = lambda w: jax.value_and_grad(temporal_order.loss_fn)(params, inputs, targets, lengths,
+                                                                w)
+    (plain, g_plain), (regularized, g_reg) = grad(0.0), grad(weight)
+    initial = jnp.zeros((inputs.shape[0], 5))
+    last = lambda s: temporal_order.last_states(s, lengths)
+    _, errors = diagnostics.state_gradients(
+        cells.elman('tanh'), params['cell'], inputs, initial,
+        lambda s: temporal_order.readout_loss(params, last(s), targets))
+    omega, g_omega = regularizers.omega_value_and_grad(params['cell'], inputs, initial, errors,
+                                                       lengths=lengths)
+    return plain, g_plain, regularized, g_reg, omega, g_omega
+
+  plain, g_plain, regularized, g_reg, omega, g_omega = compute(params)
+  assert float(omega) > 1e-3 and np.abs(g_omega['W_hh']).max() > 1e-3
+  assert float(regularized) == float(plain)  # the logged loss is the cross-entropy alone
+  np.testing.assert_allclose(g_reg['cell']['W_hh'] - g_plain['cell']['W_hh'],
+                             weight * g_omega['W_hh'], rtol=1e-4, atol=1e-7)
+  for name in ('W_xh', 'b'):  # Omega reaches W_hh only (eq. 10, RNN.py line 210)
+    np.testing.assert_allclose(g_reg['cell'][name], g_plain['cell'][name], rtol=1e-6, atol=1e-9)
+    np.testing.assert_array_equal(g_omega[name], 0.0)
+  for name in ('W_out', 'b_out'):
+    np.testing.assert_allclose(g_reg[name], g_plain[name], rtol=1e-6, atol=1e-9)
+
+
+def test_omega_penalty_gradient_equals_omega_value_and_grad():
+  rng = np.random.default_rng(0)
+  batch, steps, d, hidden = 2, 5, 3, 4
+  params = {'W_xh': rng.normal(size=(d, hidden)), 'W_hh': 0.9 * rng.normal(size=(hidden, hidden)),
+            'b': rng.normal(size=hidden)}
+  params = {k: jnp.asarray(v, jnp.float32) for k, v in params.items()}
+  inputs = jnp.asarray(rng.normal(size=(batch, steps, d)), jnp.float32)
+  initial = jnp.asarray(rng.normal(size=(batch, hidden)), jnp.float32)
+  readout = jnp.asarray(rng.normal(size=(hidden,)), jnp.float32)
+  loss_of_states = lambda s: jnp.sum(jnp.sin(s @ readout))  # every step's state is read
+
+  @jax.jit
+  def compute(params):
+    value, grads = jax.value_and_grad(regularizers.omega_penalty)(params, inputs, initial,
+                                                                  loss_of_states)
+    _, errors = diagnostics.state_gradients(cells.elman('tanh'), params, inputs, initial,
+                                            loss_of_states)
+    return value, grads, regularizers.omega_value_and_grad(params, inputs, initial, errors)
+
+  value, grads, (expected, expected_grads) = compute(params)
+  np.testing.assert_allclose(value, expected, rtol=1e-6)
+  for name in params:
+    np.testing.assert_allclose(grads[name], expected_grads[name], rtol=1e-5, atol=1e-8)
+
+
+def test_tiny_run_writes_test_error_success_and_profile(tmp_path):
+  # MSGD-C: the 'pascanu' chain end to end (Omega's gradient is tested above).
+  configs = [tiny(seed=seed, init=init, method='MSGD-C', omega_weight=0.0)
+             for seed, init in ((0, 'smart_tanh'), (1, 'basic_tanh'))]
+  folders = [tmp_path / f'run_{i}' for i in range(2)]
+  summaries = harness.run_group(temporal_order, configs, folders)
+  for folder, summary in zip(folders, summaries):
+    written = json.loads((folder / run_folder.SUMMARY).read_text())
+    assert written == json.loads(json.dumps(summary))
+    assert written['status'] == 'finished' and written['steps_done'] == 3
+    error = written['test_error']
+    assert 0 <= error <= 1 and round(error * 20) == pytest.approx(error * 20)  # of 20 sequences
+    assert written['success'] == (error < 0.01)
+    assert 'test_error_by_length' not in written  # no test_lengths
+    assert set(written['last_profile']) == {'1', '2', '5'}  # distances k < T = 10
+    assert all(v > 0 for v in written['last_profile'].values())
+    lines = run_folder.read_metrics(folder)
+    assert [line['step'] for line in lines] == [1, 2, 3]
+    assert all(set(line['profile']) == {'1', '2', '5'} for line in lines)
+    assert all(np.isfinite(line['spectral_radius']) for line in lines)
+  # The two runs are different programs' lanes of one group: their inits differ.
+  assert summaries[0]['first_profile'] != summaries[1]['first_profile']
+
+
+def test_range_mode_draws_padded_batches_and_tests_at_its_lengths(key):
+  config = tiny(mode='range', min_length=10, max_length=14, test_lengths=(20,))
+  harness.check(temporal_order, [config])
+  inputs, targets, lengths = temporal_order.draw(config, key, 4)
+  assert inputs.shape == (4, 13, 6) and targets.shape == (4,)
+  assert 10 <= int(lengths[0]) <= 13
+  task = temporal_order.task(config)
+  report = task.report(config, task.init(config, key))
+  assert set(report) == {'test_error', 'success', 'test_error_by_length'}
+  assert 0 <= report['test_error_by_length']['20'] <= 1
+
+
+def ptb_available() -> bool:
+  folder = pathlib.Path(os.environ.get('RNNJAX_DATA_DIR', 'data'))
+  return all((folder / 'ptb' / f'ptb.{split}.txt').exists() for split in ('train', 'valid', 'test'))
+
+
+def test_ptb_chars_keep_word_boundaries():
+  if not ptb_available():
+    pytest.skip('no ptb/ptb.{train,valid,test}.txt under RNNJAX_DATA_DIR')
+  test = ptb_chars.read_chars('ptb.test')
+  assert test.startswith('no it was n\'t black monday\n')  # the first line, spaces normalized
+  assert '  ' not in test and '\n ' not in test and ' \n' not in test
+
+
+def test_tiny_ptb_chars_run(tmp_path):
+  if not ptb_available():
+    pytest.skip('no ptb/ptb.{train,valid,test}.txt under RNNJAX_DATA_DIR')
+  base = ptb_chars_config.get_config()
+  base.update(dict(hidden_size=8, batch_size=2, truncation=8, steps=2, log_every=1,
+                   checkpoint_every=0, max_eval_chars=100))
+  configs = sweep.run_configs(base, ptb_chars_config.get_sweep())
+  assert [(c.method, c.clipping, c.omega_weight) for c in configs] == [
+      ('MSGD', 'none', 0.0), ('MSGD-C', 'pascanu', 0.0), ('MSGD-CR', 'pascanu', 2.0)]
+  for config in configs:
+    harness.check(ptb_chars, [config])
+  config = configs[2]  # MSGD-CR: clipping and Omega
+  summary, = harness.run_group(ptb_chars, [config], [tmp_path / config.method])
+  assert summary['status'] == 'finished' and summary['steps_done'] == 2
+  assert summary['vocab_size'] == 50 and summary['test_chars'] == 100
+  assert summary['paper_test_bits_per_char'] == 1.41
+  assert 0 < summary['test_bits_per_char'] < 8  # near log2(50) = 5.64 after 2 steps
+  assert set(summary['last_profile']) == {'1', '2', '5'}  # k < tau = 8
+  bad = configs[0].copy_and_resolve_references()
+  bad.omega_weight = 2.0
+  with pytest.raises(ValueError, match=r"config.method: 'MSGD' expects clipping 'none'"):
+    harness.check(ptb_chars, [bad])
+
+
+def test_ptb_omega_term_gradient_equals_omega_value_and_grad(key):
+  config = ptb_chars_config.get_config()
+  config.update(dict(hidden_size=6, spectral_radius=1.2))
+  model = ptb_chars.model_for(config, 12)
+  rng = np.random.default_rng(0)
+  ids = rng.integers(0, 12, size=(2, 3, 6)).astype(np.int32)  # [W, B, tau]
+  base = tasks.truncated_bptt(model, ids[:, :, :5], ids[:, :, 1:], None, None)
+  regularized = ptb_chars.with_omega(model, base, 2.0)
+  params = tasks.init_language_model(model, key)
+  batch, carry = base.batch(1), jnp.zeros((3, 6))  # window 0: the state is reset
+
+  @jax.jit
+  def compute(params):
+    value_and_grad = lambda loss: jax.value_and_grad(loss, has_aux=True)(params, carry, batch,
+                                                                         key)
+    (value, _), grads = value_and_grad(regularized.loss)
+    (plain, _), plain_grads = value_and_grad(base.loss)
+    variables = {'params': params}
+    inputs = model.apply(variables, batch['inputs'], method=model.embed)
+    window_loss = lambda s: evaluation.cross_entropy(
+        model.apply(variables, s, method=model.logits), batch['targets'])
+    cell = params['recurrence']['cell']
+    _, errors = diagnostics.state_gradients(cells.elman('tanh'), cell, inputs, carry, window_loss)
+    return value, grads, plain, plain_grads, regularizers.omega_value_and_grad(
+        cell, inputs, carry, errors)
+
+  value, grads, plain, plain_grads, (omega, g_omega) = compute(params)
+  assert float(value) == float(plain) and float(omega) > 1e-3
+  cell, plain_cell = grads['recurrence']['cell'], plain_grads['recurrence']['cell']
+  np.testing.assert_allclose(cell['W_hh'] - plain_cell['W_hh'], 2.0 * g_omega['W_hh'],
+                             rtol=1e-4, atol=1e-7)
+  assert np.abs(g_omega['W_hh']).max() > 1e-4
+  for name in ('W_xh', 'b'):
+    np.testing.assert_allclose(cell[name], plain_cell[name], rtol=1e-6, atol=1e-9)
+  np.testing.assert_allclose(grads['head']['kernel'], plain_grads['head']['kernel'], rtol=1e-6,
+                             atol=1e-9)
