@@ -245,3 +245,23 @@ def test_default_sweep_is_the_main_job():
   assert sorted({r['spectral_radius'] for r in runs}) == [0.5, 0.9, 1.0, 1.1, 1.5]
   assert {r['clipping'] for r in runs} == {'none', 'global_norm'}
   assert {r['truncation'] for r in runs} == {16, 64}
+
+
+@pytest.mark.slow
+def test_second_sweep_with_one_changed_run_compiles_nothing(tmp_path, shared_data_dir):
+  """JAX's persistent compilation cache (``RNNJAX_COMPILATION_CACHE``): the first sweep
+  fills it; a second sweep, in a new folder, whose one changed run differs in a value
+  (a spectral radius, not a program) writes no new cache entry: every program of it,
+  training, diagnostics, evaluation and sampling, was compiled before."""
+  cache = tmp_path / 'cache'
+  environment = dict(os.environ, RNNJAX_COMPILATION_CACHE=str(cache))
+  for config, workdir in ((write_config(tmp_path, steps=3, radius=1.0), 'first'),
+                          (write_config(tmp_path, steps=3, radius=1.2, name='changed.py'),
+                           'second')):
+    process = launch(config, tmp_path / workdir, env=environment)
+    _, errors = process.communicate(timeout=900)
+    assert process.returncode == 0, errors[-2000:]
+    if workdir == 'first':
+      entries = sorted(os.listdir(cache))
+  assert entries and sorted(os.listdir(cache)) == entries
+  assert summaries(tmp_path / 'second')['spectral_radius=1.2']['steps_done'] == 3
