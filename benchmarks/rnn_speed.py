@@ -189,6 +189,37 @@ def sweep_comparison(batch, runs=32, steps=200):
   return sum(seconds for _, seconds in solo), group_seconds, difference
 
 
+def vmapped_layers(batch, runs=32, steps=64, d=32, hidden=64, rounds=7):
+  """The layer alone under ``vmap``: gradients of sum(states * w) for ``runs`` runs,
+  each with its own params, fused against the plain scan and against the runs one by one.
+
+  Returns:
+    ``(fused vmapped ms, scan vmapped ms, fused one by one ms)``, medians over rounds.
+  """
+  key = jax.random.key(0)
+  params = jax.vmap(lambda k: cells.init_elman(k, d, hidden, 'uniform'))(
+      jax.random.split(key, runs))
+  inputs = jax.random.normal(key, (batch, steps, d))
+  weights = jax.random.normal(jax.random.key(1), (batch, steps, hidden))
+  initial = jnp.zeros((batch, hidden))
+  fused_loss = lambda p: jnp.sum(fused.elman_layer(p, inputs, initial)[0] * weights)
+  scan_loss = lambda p: jnp.sum(
+      recurrence.scan(cells.elman('tanh'), p, inputs, initial)[0] * weights)
+  fused_group = jax.jit(jax.vmap(jax.grad(fused_loss)))
+  scan_group = jax.jit(jax.vmap(jax.grad(scan_loss)))
+  fused_one = jax.jit(jax.grad(fused_loss))
+  each = [jax.tree_util.tree_map(lambda leaf, i=i: leaf[i], params) for i in range(runs)]
+  calls = {'fused': lambda: block(fused_group(params)), 'scan': lambda: block(scan_group(params)),
+           'one by one': lambda: [block(fused_one(p)) for p in each]}
+  for call in calls.values():
+    call()
+  times = {name: [] for name in calls}
+  for _ in range(rounds):
+    for name in random.sample(list(calls), len(calls)):
+      times[name].append(_timed(calls[name]))
+  return tuple(1e3 * np.median(times[name]) for name in ('fused', 'scan', 'one by one'))
+
+
 def markdown(rows, columns):
   def cell(v):
     return f'{v:.3g}' if isinstance(v, float) else str(v)
@@ -211,6 +242,11 @@ def main(argv):
     print(f'{name}: saved states + input projection = {saved:.2f} MiB')
   if _SWEEP.value:
     print()
+    for batch in map(int, _SWEEP_BATCHES.value):
+      fused_ms, scan_ms, solo_ms = vmapped_layers(batch)
+      print(f'layer under vmap, 32 runs (B={batch}, T=64, d=32, H=64), fwd+bwd: fused '
+            f'{fused_ms:.2f} ms, plain scan {scan_ms:.2f} ms (fused {scan_ms / fused_ms:.2f}x '
+            f'faster), fused one by one {solo_ms:.2f} ms')
     for batch in map(int, _SWEEP_BATCHES.value):
       solo, group, difference = sweep_comparison(batch)
       print(f'sweep of 32 runs (H=64, T=64, B={batch}, 200 steps): one by one {solo:.1f} s, '

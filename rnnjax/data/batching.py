@@ -102,33 +102,3 @@ def pad_sequences(sequences, pad_id: int = 0, multiple: int = 1, max_length: int
   for row, sequence in zip(ids, cut):
     row[:len(sequence)] = sequence
   return ids, lengths
-
-
-def epoch_batches(num_examples: int, batch_size: int, seed: int):
-  """Endless index batches: each epoch a fresh permutation cut into batches.
-
-  The last partial batch of an epoch is dropped, so every batch has exactly
-  ``batch_size`` indices (one shape, one compiled step).
-
-  Args:
-    num_examples: N.
-    batch_size: B in [1, N].
-    seed: of the shuffling (``numpy.random.default_rng``).
-
-  Returns:
-    an endless iterator of ``<int64>[B]`` indices into the N examples.
-
-  Raises:
-    ValueError: for B outside [1, N], at the call (not at the first batch).
-  """
-  if not isinstance(batch_size, int) or not 1 <= batch_size <= num_examples:
-    raise ValueError(f'batch_size: expected an int in [1, {num_examples}] (the number of '
-                     f'examples), got {batch_size!r}')
-  return _shuffled_batches(num_examples, batch_size, np.random.default_rng(seed))
-
-
-def _shuffled_batches(num_examples, batch_size, rng):
-  while True:
-    order = rng.permutation(num_examples)
-    for start in range(0, num_examples - batch_size + 1, batch_size):
-      yield order[start:start + batch_size]
