@@ -54,7 +54,7 @@ cap ('DEER/fused', their ratio, is shown only where the median sequence
 converged). 'dev' is max |h_t - h_t(sequential)| over the sequences that
 converged.
 
-Writes parallel_in_time.md, .csv (one row per cell, numbers only; iterations
+Writes parallel_in_time.md (headed by the commit and date), .csv (one row per cell, numbers only; iterations
 inf where the median sequence did not converge) and .png (heatmaps of the
 iterations: T across, rho down, one panel per method and H) to --workdir,
 and prints the Markdown table.
@@ -78,6 +78,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from launch import report
+from launch import run
 from rnnjax import cells
 from rnnjax import diagnostics
 from rnnjax import fused
@@ -459,6 +461,7 @@ def write_outputs(rows, workdir: pathlib.Path, sequences: int, title: str) -> st
   """parallel_in_time.md, .csv, .png in ``workdir``; returns the Markdown."""
   workdir.mkdir(parents=True, exist_ok=True)
   markdown, csv = tables(rows, sequences)
+  markdown = report.provenance_line([run.provenance()]) + '\n\n' + markdown
   (workdir / 'parallel_in_time.md').write_text(markdown)
   (workdir / 'parallel_in_time.csv').write_text(csv)
   heatmap(rows, workdir / 'parallel_in_time.png', sequences, title)

@@ -71,9 +71,10 @@ def test_sweep_with_a_trained_network_writes_table_and_heatmap(tmp_path, shared_
   assert number(small, 'growth') < number(large, 'growth')
   assert number(small, 'growth') < 0.6  # about rho at a weak drive: tanh' near 1
   table = (tmp_path / 'parallel_in_time.md').read_text()
-  assert table.splitlines()[0] == ('| setting | growth | DEER iters | quasi iters | DEER s | '
+  assert table.startswith('Measured at commit ')
+  assert table.splitlines()[2] == ('| setting | growth | DEER iters | quasi iters | DEER s | '
                                    'quasi s | fused s | DEER/fused | DEER dev |')
-  assert len(table.splitlines()) == 2 + 3 and table in output
+  assert len(table.splitlines()) == 4 + 3 and table in output
   assert (tmp_path / 'parallel_in_time.png').stat().st_size > 10_000
   assert 'wrote' in output
 
