@@ -241,7 +241,8 @@ def run_torch_script(overrides: list[dict], threads: int) -> tuple[float, dict]:
 # --- rnnjax in-process ------------------------------------------------------------------
 
 def groups_of(configs) -> list[list[int]]:
-  """Run indices grouped as ``launch.sweep.plan_jobs`` groups them (one vmapped job each)."""
+  """Run indices grouped by program (one vmapped job each), as ``launch.sweep.plan_jobs``
+  groups them for one process."""
   from experiments import char_lm
   from rnnjax.train import trainer
   groups = {}

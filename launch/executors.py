@@ -154,6 +154,7 @@ def run_job(config_path: str, entries: list) -> int:
 
   logging.set_verbosity(logging.INFO)  # as launch.run's absl app logs
   run.quiet_logs()
+  run.keep_freed_memory()
   run.enable_compilation_cache()
   run.initialize_distributed()  # a job of several Slurm tasks: one run over all their devices
   config = run.load_config_file(config_path).get_config()

@@ -57,8 +57,10 @@ def define_flags():
                     'local: processes on this machine; slurm: an array job through submitit.')
   flags.DEFINE_bool('overwrite', False, 'Clear every run folder and train every run again.')
   flags.DEFINE_integer('max_group_size', 0,
-                       'Most runs vmapped into one job (0: no limit; 1: every run alone).')
-  flags.DEFINE_integer('processes', 1, 'local: jobs at a time.')
+                       'Most runs vmapped into one job (0: local: each group cut into '
+                       '--processes equal jobs; slurm: no limit; 1: every run alone).')
+  flags.DEFINE_integer('processes', 0, 'local: jobs at a time (0: one per core, each on a core '
+                       'of its own).')
   flags.DEFINE_integer('threads_per_run', 0, 'local: cores each job may use (0: the cores / '
                        '--processes); processes x threads never exceeds the cores.')
   flags.DEFINE_string('partition', None, 'slurm: the partition (--partition).')
@@ -106,9 +108,12 @@ def run_configs(base_config, sweep: list[dict]) -> list:
   return configs
 
 
-def plan_jobs(experiment, configs, folders, todo: list[int], max_group_size: int) -> list[list]:
-  """Runs to train, in jobs: runs that share a group key and their checkpoint's step
-  share a job of at most ``max_group_size`` (0: no limit)."""
+def plan_jobs(experiment, configs, folders, todo: list[int], max_group_size: int,
+              parts: int = 1) -> list[list]:
+  """Runs to train, in jobs, the most work first: the runs that share a group key and
+  their checkpoint's step are cut into the fewest jobs of at most ``max_group_size``
+  runs, or with 0 into ``parts`` jobs (fewer when they are fewer runs), so that
+  ``parts`` processes share the work evenly; a group's job sizes differ by at most one."""
   from rnnjax.train import run_folder
   from rnnjax.train import trainer
   groups = {}
@@ -116,9 +121,13 @@ def plan_jobs(experiment, configs, folders, todo: list[int], max_group_size: int
     steps = run_folder.saved_steps(folders[i])
     key = (trainer.group_key(configs[i], experiment.VMAPPABLE), steps[-1] if steps else 0)
     groups.setdefault(key if max_group_size != 1 else i, []).append(i)
-  size = max_group_size or max((len(g) for g in groups.values()), default=1)
-  return [members[start:start + size] for members in groups.values()
-          for start in range(0, len(members), size)]
+  jobs = []
+  for members in groups.values():
+    count = -(-len(members) // max_group_size) if max_group_size else min(parts, len(members))
+    cuts = [len(members) * part // count for part in range(count + 1)]
+    jobs += [members[start:end] for start, end in zip(cuts, cuts[1:])]
+  return sorted(jobs, key=lambda job: -sum(work(experiment, configs[i]) * configs[i].steps
+                                          for i in job))
 
 
 def work(experiment, config) -> float:
@@ -204,18 +213,21 @@ def main(argv):
   if changed:
     print(f'{len(changed)} run(s) whose config changed will train again from the start: '
           + ', '.join(folders[i].name for i in changed))
-  groups = plan_jobs(experiment, configs, folders, todo, FLAGS.max_group_size)
+  cores = len(os.sched_getaffinity(0))
+  threads = FLAGS.threads_per_run or (max(1, cores // FLAGS.processes) if FLAGS.processes else 1)
+  processes = FLAGS.processes or max(1, cores // threads)
+  local = FLAGS.executor == 'local'
+  groups = plan_jobs(experiment, configs, folders, todo, FLAGS.max_group_size,
+                     processes if local else 1)
   jobs = [executors.Job([{'workdir': str(folders[i]), 'overrides': sweep[i]} for i in group])
           for group in groups]
-  cores = len(os.sched_getaffinity(0))
-  threads = FLAGS.threads_per_run or max(1, cores // max(1, FLAGS.processes))
   print(f'{len(sweep)} runs: {len(sweep) - len(todo) - len(failures)} ended already, '
         f'{len(failures)} failed their checks, {len(todo)} to train in {len(jobs)} job(s)'
-        + (f' on {FLAGS.processes} process(es) x {threads} core(s)'
-           if FLAGS.executor == 'local' else ' on Slurm'), flush=True)
+        + (f' on {processes} process(es) x {threads} core(s)' if local else ' on Slurm'),
+        flush=True)
   try:
-    if FLAGS.executor == 'local':
-      executor = executors.Local(FLAGS.config, FLAGS.processes, threads)
+    if local:
+      executor = executors.Local(FLAGS.config, processes, threads)
     else:
       executor = executors.Slurm(FLAGS.config, workdir, {
           'slurm_partition': FLAGS.partition, 'timeout_min': FLAGS.time,

@@ -54,7 +54,7 @@ def metrics_steps(folder):
 def test_sweep_runs_skips_and_tabulates(tmp_path, shared_data_dir):
   config = write_config(tmp_path)
   workdir = tmp_path / 'sweep'
-  code, output, errors = run_sweep(config, workdir)
+  code, output, errors = run_sweep(config, workdir, '--processes=1')  # one job, not cut in two
   assert code == 1  # a run failed its checks; the others ran
   assert 'failed: spectral_radius=-1.0: config.spectral_radius: expected a finite value >= 0' \
       in errors
@@ -222,7 +222,9 @@ def get_sweep():
 ''')
   code, output, errors = run_sweep(long_range, tmp_path / 'long_range')
   assert code == 0, errors
-  assert '16 to train in 4 job(s)' in output  # one vmapped job per T and activation
+  # one vmapped program per T and activation, each cut into one job per process
+  processes = len(os.sched_getaffinity(0))
+  assert f'16 to train in {4 * min(processes, 4)} job(s) on {processes} process(es)' in output
   over_seeds = (tmp_path / 'long_range' / 'results_over_seeds.md').read_text()
   assert over_seeds.count('\n| ') == 2 * 2 * 2 + 1  # header + T x init x clipping
   assert '| runs | diverged | failed | test_error median | success rate |' in over_seeds
@@ -234,6 +236,25 @@ def test_swept_keys_and_names():
   runs = [{'a': 1, 'b': 'x', 'c': 0}, {'a': 2, 'b': 'x', 'c': 0}, {'a': 2, 'b': 'y', 'c': 0}]
   assert sweep.swept_keys(runs) == ['a', 'b']
   assert sweep.run_name(runs[2], ['a', 'b']) == 'a=2,b=y'
+
+
+def test_groups_are_cut_evenly_over_the_processes_most_work_first(tmp_path):
+  from experiments import char_lm
+  from experiments.configs import char_lm as char_lm_config
+  runs = [{'truncation': 64, 'spectral_radius': 0.5 + i / 10} for i in range(5)] + [
+      {'truncation': 16, 'spectral_radius': 0.5 + i / 10} for i in range(3)]
+  configs = sweep.run_configs(char_lm_config.get_config(), runs)
+  folders = [tmp_path / str(i) for i in range(len(runs))]
+  todo = list(range(len(runs)))
+  # tau 64's 5 runs into 3 + 2, tau 16's 3 into 2 + 1; the job of most work first
+  assert sweep.plan_jobs(char_lm, configs, folders, todo, 0, parts=2) == [
+      [2, 3, 4], [0, 1], [6, 7], [5]]
+  assert sweep.plan_jobs(char_lm, configs, folders, todo, 0, parts=1) == [
+      [0, 1, 2, 3, 4], [5, 6, 7]]
+  assert sweep.plan_jobs(char_lm, configs, folders, todo, 0, parts=8) == [
+      [0], [1], [2], [3], [4], [5], [6], [7]]
+  assert sweep.plan_jobs(char_lm, configs, folders, todo, 2, parts=2) == [
+      [1, 2], [3, 4], [0], [6, 7], [5]]  # at most 2 a job, sizes differing by at most one
 
 
 def test_default_sweep_is_the_main_job():
