@@ -437,10 +437,10 @@ def benchmark(overrides: list[dict], modes, threads: int = 2) -> tuple[list[dict
       results[mode] = (seconds, phases)
       inside = {k: v for k, v in phases.items() if k != 'groups'}
       notes.append(f'launch.sweep {mode[6:].replace("_", " ")}: {seconds:.1f} s; its '
-                   f'{phases["groups"]} job(s) report {sum(inside.values()):.1f} s: '
-                   f'{phase_line(inside)} (report = eval + samples, all runs); the rest '
-                   f'{seconds - sum(inside.values()):.1f} s: process starts, imports, '
-                   f'tables, plots; {rnnjax_losses(summaries)}')
+                   f'{phases["groups"]} job(s) report {sum(inside.values()):.1f} s of '
+                   f'process time, summed over jobs that run side by side, one per core: '
+                   f'{phase_line(inside)} (report = eval + samples, all runs); beside them '
+                   f'process starts, imports, tables, plots; {rnnjax_losses(summaries)}')
   finally:
     if cache_folder is not None:
       import shutil
