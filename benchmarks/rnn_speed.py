@@ -27,6 +27,7 @@ import ml_collections
 import numpy as np
 import torch
 
+from launch import run
 from rnnjax import cells
 from rnnjax import fused
 from rnnjax import models
@@ -230,10 +231,11 @@ def markdown(rows, columns):
 
 def main(argv):
   del argv
+  kept = run.keep_freed_memory()  # as launch.run; for every variant of this process alike
   torch.set_num_threads(_THREADS.value)
   print(f'jax {jax.__version__} on {jax.devices()[0].platform}, torch {torch.__version__} '
         f'({torch.get_num_threads()} threads); float32 GEMM ceiling '
-        f'{gemm_ceiling():.0f} GFLOP/s')
+        f'{gemm_ceiling():.0f} GFLOP/s; freed memory kept for reuse: {kept}')
   columns = ['shape', 'variant', 'mode', 'ms', 'GFLOP/s', 'fused speed-up', 'XLA temp MiB']
   for name in _SHAPES.value:
     rows, saved = time_shape(name, SHAPES[name], _ROUNDS.value)

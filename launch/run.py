@@ -113,8 +113,13 @@ def keep_freed_memory() -> bool:
   each on first touch. On the main job this was 15,000 page faults and a third
   of the wall time per tau-64 group step (34.4 s -> 23.9 s of training steps
   for 300 steps, measured 2026-12-01). Heap allocations up to 2 GiB are reused
-  instead, so the process keeps its peak memory until it exits. Returns False
-  where the C library has no ``mallopt`` (not glibc); nothing changes there.
+  instead, so the process keeps its peak memory until it exits. The heaps
+  are two: with the thresholds alone a 600-step run faulted as before (3.6
+  million faults against 0.33 million), its threads on heaps of their own,
+  which map anything over 64 MiB; with one heap for all threads, contention
+  slowed 32 small runs trained one by one 2.7x (``benchmarks.rnn_speed``'s
+  sweep, B = 1), with two 1.4x. Returns False where the C library has no
+  ``mallopt`` (not glibc); nothing changes there.
   """
   try:
     libc = ctypes.CDLL(None)
@@ -123,7 +128,7 @@ def keep_freed_memory() -> bool:
     return False
   most = 2**31 - 1
   return all(mallopt(option, ctypes.c_int(value)) == 1 for option, value in (
-      (-8, 1),  # M_ARENA_MAX: one heap for every thread (a thread's own heap maps > 64 MiB)
+      (-8, 2),  # M_ARENA_MAX: the main thread's heap and one for all the others
       (-3, most),  # M_MMAP_THRESHOLD: allocations below it come from the heap
       (-1, most),  # M_TRIM_THRESHOLD: free space at the heap's top kept up to this
   ))
