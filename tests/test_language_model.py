@@ -121,3 +121,34 @@ def test_prompt_outside_the_vocabulary_is_named(setup):
   model, params, _, _ = setup
   with pytest.raises(ValueError, match=r'prompt: expected ids in \[0, V\) = \[0, 11\), got min 0 and max 11'):
     sampling.sample(model, params, jnp.array([0, 11]), 3, jax.random.key(0))
+
+
+def test_readout_has_the_values_and_gradients_of_dot_general(key):
+  """``models.readout_dot_general``, the head's contraction with its own kernel gradient:
+  the values and gradients of ``lax.dot_general``, alone and under ``vmap`` (a group)."""
+  k1, k2, k3 = jax.random.split(key, 3)
+  states = jax.random.normal(k1, (3, 4, 6, H))  # [R, B, T, H]
+  kernel = jax.random.normal(k2, (3, H, V))
+  weights = jax.random.normal(k3, (3, 4, 6, V))
+  numbers = (((3 - 1,), (0,)), ((), ()))
+
+  def loss(contract, s, w, g):
+    return jnp.sum(jnp.tanh(contract(s, w, numbers)) * g)
+
+  ours = jax.vmap(jax.value_and_grad(lambda *a: loss(models.readout_dot_general, *a),
+                                     argnums=(0, 1)))(states, kernel, weights)
+  reference = jax.vmap(jax.value_and_grad(lambda *a: loss(jax.lax.dot_general, *a),
+                                          argnums=(0, 1)))(states, kernel, weights)
+  for got, expected in zip(jax.tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(reference)):
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+  # the model's head: the same logits as a plain nn.Dense on the same params
+  model = models.LanguageModel(vocab_size=V, hidden_size=H)
+  head = {'kernel': kernel[0], 'bias': jnp.arange(V, dtype=jnp.float32)}
+  np.testing.assert_allclose(
+      model.apply({'params': {'head': head}}, states[0], method=model.logits),
+      states[0] @ head['kernel'] + head['bias'], rtol=1e-6)
+
+
+def test_readout_refuses_other_contractions():
+  with pytest.raises(ValueError, match=r'readout_dot_general: expected \[\.\.\., H\] x \[H, V\]'):
+    models.readout_dot_general(jnp.ones((2, 3)), jnp.ones((2, 4)), (((0,), (0,)), ((), ())))
