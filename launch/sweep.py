@@ -110,10 +110,17 @@ def run_configs(base_config, sweep: list[dict]) -> list:
 
 def plan_jobs(experiment, configs, folders, todo: list[int], max_group_size: int,
               parts: int = 1) -> list[list]:
-  """Runs to train, in jobs, the most work first: the runs that share a group key and
-  their checkpoint's step are cut into the fewest jobs of at most ``max_group_size``
-  runs, or with 0 into ``parts`` jobs (fewer when they are fewer runs), so that
-  ``parts`` processes share the work evenly; a group's job sizes differ by at most one."""
+  """Runs to train, in jobs, in the order they start.
+
+  The runs that share a group key and their checkpoint's step are cut into the
+  fewest jobs of at most ``max_group_size`` runs, or with 0 into ``parts`` jobs
+  (fewer when they are fewer runs), so that ``parts`` processes share the work
+  evenly; a group's job sizes differ by at most one. Order: the most work
+  first, except that the first ``parts`` jobs (those that start together) are
+  different programs where there are enough: a program compiled by one process
+  is then read from JAX's persistent compilation cache by the next that needs
+  it, instead of being compiled by two processes at once (the main job, cold:
+  both processes compiled tau = 64 at the start and tau = 16 after it)."""
   from rnnjax.train import run_folder
   from rnnjax.train import trainer
   groups = {}
@@ -121,13 +128,20 @@ def plan_jobs(experiment, configs, folders, todo: list[int], max_group_size: int
     steps = run_folder.saved_steps(folders[i])
     key = (trainer.group_key(configs[i], experiment.VMAPPABLE), steps[-1] if steps else 0)
     groups.setdefault(key if max_group_size != 1 else i, []).append(i)
-  jobs = []
-  for members in groups.values():
+  jobs = []  # (program, runs)
+  for key, members in groups.items():
     count = -(-len(members) // max_group_size) if max_group_size else min(parts, len(members))
     cuts = [len(members) * part // count for part in range(count + 1)]
-    jobs += [members[start:end] for start, end in zip(cuts, cuts[1:])]
-  return sorted(jobs, key=lambda job: -sum(work(experiment, configs[i]) * configs[i].steps
-                                          for i in job))
+    jobs += [((key[0] if max_group_size != 1 else key, end - start), members[start:end])
+             for start, end in zip(cuts, cuts[1:])]
+  jobs.sort(key=lambda job: -sum(work(experiment, configs[i]) * configs[i].steps
+                                 for i in job[1]))
+  first, programs = [], set()
+  for program, runs in jobs:
+    if len(first) < parts and program not in programs:
+      first.append(runs)
+      programs.add(program)
+  return first + [runs for _, runs in jobs if not any(runs is job for job in first)]
 
 
 def work(experiment, config) -> float:

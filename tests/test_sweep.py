@@ -238,7 +238,7 @@ def test_swept_keys_and_names():
   assert sweep.run_name(runs[2], ['a', 'b']) == 'a=2,b=y'
 
 
-def test_groups_are_cut_evenly_over_the_processes_most_work_first(tmp_path):
+def test_groups_are_cut_evenly_over_the_processes_distinct_programs_first(tmp_path):
   from experiments import char_lm
   from experiments.configs import char_lm as char_lm_config
   runs = [{'truncation': 64, 'spectral_radius': 0.5 + i / 10} for i in range(5)] + [
@@ -246,15 +246,20 @@ def test_groups_are_cut_evenly_over_the_processes_most_work_first(tmp_path):
   configs = sweep.run_configs(char_lm_config.get_config(), runs)
   folders = [tmp_path / str(i) for i in range(len(runs))]
   todo = list(range(len(runs)))
-  # tau 64's 5 runs into 3 + 2, tau 16's 3 into 2 + 1; the job of most work first
+  # tau 64's 5 runs into 3 + 2, tau 16's 3 into 2 + 1; the job of most work first, then
+  # the most work of another program, so that the two processes compile different programs
   assert sweep.plan_jobs(char_lm, configs, folders, todo, 0, parts=2) == [
-      [2, 3, 4], [0, 1], [6, 7], [5]]
+      [2, 3, 4], [0, 1], [6, 7], [5]]  # 3 runs and 2 runs are two programs
+  even = [{'truncation': tau, 'spectral_radius': 0.5 + i / 10} for tau in (64, 16)
+          for i in range(4)]
+  assert sweep.plan_jobs(char_lm, sweep.run_configs(char_lm_config.get_config(), even),
+                         folders, todo, 0, parts=2) == [[0, 1], [4, 5], [2, 3], [6, 7]]
   assert sweep.plan_jobs(char_lm, configs, folders, todo, 0, parts=1) == [
       [0, 1, 2, 3, 4], [5, 6, 7]]
   assert sweep.plan_jobs(char_lm, configs, folders, todo, 0, parts=8) == [
-      [0], [1], [2], [3], [4], [5], [6], [7]]
+      [0], [5], [1], [2], [3], [4], [6], [7]]  # two programs: one run at tau 64, one at 16
   assert sweep.plan_jobs(char_lm, configs, folders, todo, 2, parts=2) == [
-      [1, 2], [3, 4], [0], [6, 7], [5]]  # at most 2 a job, sizes differing by at most one
+      [1, 2], [0], [3, 4], [6, 7], [5]]  # at most 2 a job, sizes differing by at most one
 
 
 def test_default_sweep_is_the_main_job():
