@@ -102,13 +102,14 @@ def test_quasi_reaches_deer_fixed_point_in_more_iterations():
 
 
 def test_chaotic_dynamics_report_no_convergence_at_the_cap():
-  # rho = 3: DEER needs 55 to 80 of the T = 100 iterations on such problems, and float32
-  # rounding, amplified along the trajectory, leaves some unconverged even at T.
+  # rho = 3: DEER needs 27 to 80 of the T = 100 iterations on such problems (float32
+  # rounding, amplified along the trajectory, moves the count from machine to machine: 27-51
+  # on an AMD EPYC, 55-80 on another); at a cap of 15 none has converged.
   params, inputs, initial = _problem(4, 3.0, steps=100)
   expected, _ = _sequential(params, inputs, initial, None)
-  states, _, info = deer(params, inputs, initial, max_iterations=30)
+  states, _, info = deer(params, inputs, initial, max_iterations=15)
   np.testing.assert_array_equal(info['converged'], False)
-  np.testing.assert_array_equal(info['iterations'], 30)
+  np.testing.assert_array_equal(info['iterations'], 15)
   assert (info['residual'] > 1e-5).all() and np.isfinite(info['residual']).all()
   assert (np.abs(states - expected).max(axis=(1, 2)) > 0.1).all()  # wrong, and flagged
 
