@@ -86,8 +86,9 @@ def readout_dot_general(lhs, rhs, dimension_numbers, precision=None,
 
   The same values as ``jax.lax.dot_general``. Autodiff's transpose of the
   contraction left XLA's CPU backend a gradient of the logits laid out
-  ``[R, V, N]`` under ``vmap`` and a matmul on it 3x slower than this one:
-  28.2 -> 22.3 ms per step of the main job's tau = 64 group of 5 runs.
+  ``[R, V, N]`` under ``vmap`` (a 3.3 ms copy) and a matmul on it of 5.0 ms
+  against this one's 2.8 ms: 28.2 -> 23.2 ms a step of the main job's
+  tau = 64 group of 5 runs on one core.
 
   Raises:
     ValueError: for a contraction other than the last axis of ``lhs`` with

@@ -6,7 +6,7 @@ One run (about 2 minutes on 2 CPU cores, validation about 1.6 nats/char):
 
 The sweep beside it (``get_sweep``: spectral radius x clipping x tau, 20
 runs of a smaller network trained with plain SGD, so that clipping matters;
-about 2.5 minutes on 2 cores):
+about a minute on 2 cores):
 
   python -m launch.sweep --config=experiments/configs/char_lm.py \
       --workdir=results/char_lm_sweep
