@@ -264,3 +264,25 @@ def test_metrics_lines_and_records(stream, tmp_path):
 def test_training_fields_are_checked(field, value, message):
   with pytest.raises(ValueError, match=message):
     trainer.check_config(config(**{field: value}))
+
+
+def test_tensorboard_writer_leaves_torch_unimported(tmp_path):
+  """tensorboardX would import torch (1-2.5 s a run process) where it is installed, as it is
+  with the test extra; the run's writer goes without it and its events read back."""
+  import subprocess
+  import sys
+  from tensorboard.backend.event_processing import event_accumulator
+  code = ('import pathlib, sys\n'
+          'from rnnjax.train import run_folder\n'
+          'writer = run_folder.tensorboard(pathlib.Path(sys.argv[1]), None)\n'
+          'writer.add_scalar("train/loss", 1.5, 7)\n'
+          'writer.close()\n'
+          'print("torch" in sys.modules)\n'
+          'import torch\n')  # torch itself still imports afterwards
+  result = subprocess.run([sys.executable, '-c', code, str(tmp_path)], capture_output=True,
+                          text=True, timeout=300)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert result.stdout.split() == ['False']
+  events = event_accumulator.EventAccumulator(str(tmp_path / 'tensorboard'))
+  events.Reload()
+  assert [(e.step, e.value) for e in events.Scalars('train/loss')] == [(7, 1.5)]

@@ -28,6 +28,7 @@ import os
 import pathlib
 import shutil
 import socket
+import sys
 
 from absl import logging
 import jax
@@ -300,11 +301,25 @@ def final_params(folder: pathlib.Path) -> tuple[dict, dict]:
   return read_json(folder / CONFIG), state['params']
 
 
+def _summary_writer():
+  """``tensorboardX.SummaryWriter``, imported without torch: tensorboardX imports
+  torch where it is installed only to recognise torch tensors (which a run never
+  logs), 1-2.5 s of every run process's start (the test extra installs torch)."""
+  if 'tensorboardX' in sys.modules or 'torch' in sys.modules:
+    from tensorboardX import SummaryWriter
+    return SummaryWriter
+  sys.modules['torch'] = None  # `import torch` raises ImportError: tensorboardX goes without
+  try:
+    from tensorboardX import SummaryWriter
+  finally:
+    del sys.modules['torch']
+  return SummaryWriter
+
+
 def tensorboard(folder: pathlib.Path, purge_step: int | None):
   """A TensorBoard writer (tensorboardX: event files, no TensorFlow needed) into
   ``<folder>/tensorboard``; ``purge_step`` makes TensorBoard drop the events of
   steps >= it written before a resume."""
-  from tensorboardX import SummaryWriter
-  return SummaryWriter(str(pathlib.Path(folder) / TENSORBOARD), purge_step=purge_step,
+  return _summary_writer()(str(pathlib.Path(folder) / TENSORBOARD), purge_step=purge_step,
                        flush_secs=10)
 
