@@ -28,9 +28,10 @@ def _check_radius(name: str, value: float) -> None:
     raise ValueError(f'{name}: expected a finite value >= 0, got {value!r}')
 
 
-def _host_radius(matrix) -> np.float32:
-  """max |eigenvalue| in float64 numpy; NaN for a matrix with a NaN or an infinity.
-  (One module-level function, so that JAX caches the callback's program.)"""
+def host_spectral_radius(matrix) -> np.float32:
+  """rho(matrix) = max |eigenvalue| of a host ``[H, H]`` matrix, solved in float64
+  numpy, as a float32; NaN for a matrix with a NaN or an infinity. (One
+  module-level function, so that JAX caches ``spectral_radius``'s callback.)"""
   matrix = np.asarray(matrix, np.float64)
   if not np.isfinite(matrix).all():
     return np.float32(np.nan)
@@ -57,7 +58,7 @@ def spectral_radius(matrix) -> jax.Array:
   if len(shape) != 2 or shape[0] != shape[1]:
     raise ValueError(f'matrix: expected a square [H, H] array, got shape {shape}')
 
-  return jax.pure_callback(_host_radius, jax.ShapeDtypeStruct((), jnp.float32), matrix,
+  return jax.pure_callback(host_spectral_radius, jax.ShapeDtypeStruct((), jnp.float32), matrix,
                            vmap_method='sequential')
 
 

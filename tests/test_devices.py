@@ -137,3 +137,16 @@ def test_bad_distributed_variables_are_one_line(tmp_path):
   assert result.returncode == 1
   assert result.stderr.strip().splitlines()[-1].startswith('error: RNNJAX_COORDINATOR')
   assert not (tmp_path / 'config.json').exists()
+
+
+def test_the_readme_example_over_8_cpu_devices_finishes(tmp_path):
+  """The README's CPU example (the char_lm defaults, data parallel over 8 devices), cut to
+  30 steps. With the spectral radius solved by a host callback inside the diagnostics
+  program it aborted about every second time on 2 cores (an all-reduce rendezvous timeout)."""
+  process = subprocess.run(
+      [sys.executable, '-m', 'launch.run', '--config=experiments/configs/char_lm.py',
+       f'--workdir={tmp_path}', '--config.layout=data', '--config.steps=30',
+       '--config.log_every=10', '--config.sample_length=10'],
+      cwd=ROOT, env=environment(8), capture_output=True, text=True, timeout=600)
+  assert process.returncode == 0, process.stdout[-2000:] + process.stderr[-2000:]
+  assert [line['step'] for line in run_folder.read_metrics(tmp_path)] == [1, 10, 20, 30]

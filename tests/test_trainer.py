@@ -286,3 +286,19 @@ def test_tensorboard_writer_leaves_torch_unimported(tmp_path):
   events = event_accumulator.EventAccumulator(str(tmp_path / 'tensorboard'))
   events.Reload()
   assert [(e.step, e.value) for e in events.Scalars('train/loss')] == [(7, 1.5)]
+
+
+def test_diagnostics_program_has_no_host_callback_and_host_radii_are_the_spectral_radii(stream):
+  """The spectral radius is solved on the host after the diagnostics program, not by a
+  callback inside it (which deadlocked programs over several CPU devices)."""
+  task = lm_task(stream)
+  configs = [config(spectral_radius=0.5), config(spectral_radius=1.5)]
+  state = trainer.initial_state(task, configs)
+  measure = trainer.diagnostics_function(task.probe, task.recurrent_weight)
+  text = measure.lower(state, task.batch(1)).as_text()
+  assert 'callback' not in text.lower()
+  weights, profile = measure(state, task.batch(1))
+  assert weights.shape == (2, 16, 16) and profile.shape == (2, 6)
+  np.testing.assert_allclose(trainer.host_spectral_radii(weights), [0.5, 1.5], rtol=1e-5)
+  assert np.isnan(trainer.host_spectral_radii(np.array([np.inf, 0.0]) * np.ones((2, 1, 1)))[0])
+  np.testing.assert_array_equal(trainer.host_spectral_radii(np.full(2, np.nan)), [np.nan] * 2)

@@ -255,25 +255,41 @@ def step_function(loss, update, on_divergence: str, judge_by_update: bool = Fals
 
 @functools.lru_cache(maxsize=None)
 def diagnostics_function(probe_fn, recurrent_weight):
-  """The jitted ``measure(state, batch) -> (spectral radius <float32>[R], profile
-  <float32>[R, len(PROFILE_DISTANCES)])`` of a task's ``probe`` and
-  ``recurrent_weight`` on the params and carry a step starts from (NaN where
-  the task measures nothing, or a distance does not fit the probe's T)."""
+  """The jitted ``measure(state, batch) -> (recurrent weights, profile <float32>[R,
+  len(PROFILE_DISTANCES)])`` of a task's ``probe`` and ``recurrent_weight`` on the
+  params and carry a step starts from: the weights ``<float32>[R, H, H]`` (``[R]`` of
+  NaN where the task has none) for ``host_spectral_radii``, the profile NaN where the
+  task measures nothing or a distance does not fit the probe's T.
+
+  The spectral radius is solved on the host, after the program, not inside it
+  through ``jax.pure_callback``: in a program over several CPU devices ('data'
+  layout) the callback deadlocked about every second run of the README's
+  8-device example (7 devices in an all-reduce, the 8th inside the callback;
+  XLA aborts after 40 s)."""
   distances = diagnostics.PROFILE_DISTANCES
 
   def one_run(params, carry, batch):
-    radius = (initializers.spectral_radius(recurrent_weight(params))
-              if recurrent_weight else jnp.float32(jnp.nan))
+    weight = recurrent_weight(params) if recurrent_weight else jnp.float32(jnp.nan)
     if probe_fn is None:
-      return radius, jnp.full((len(distances),), jnp.nan, jnp.float32)
+      return weight, jnp.full((len(distances),), jnp.nan, jnp.float32)
     probe = probe_fn(params, carry, batch)
     fitting = diagnostics.profile_distances(probe.inputs.shape[1], distances)
     ratios = diagnostics.profile(probe, fitting)
     padding = jnp.full((len(distances) - len(fitting),), jnp.nan, jnp.float32)
-    return radius, jnp.concatenate([ratios.astype(jnp.float32), padding])
+    return weight, jnp.concatenate([ratios.astype(jnp.float32), padding])
 
   group = jax.vmap(one_run, in_axes=(0, 0, None))
   return jax.jit(lambda state, batch: group(state.params, state.carry, batch))
+
+
+def host_spectral_radii(weights) -> np.ndarray:
+  """``<float32>[R]``: rho of each ``[H, H]`` of ``weights`` (host values, ``[R, H, H]``),
+  NaN for one with a NaN or an infinity; ``weights`` of shape ``[R]`` (no recurrent
+  weight) come back as they are."""
+  weights = np.asarray(weights)
+  if weights.ndim == 1:
+    return weights.astype(np.float32)
+  return np.array([initializers.host_spectral_radius(w) for w in weights], np.float32)
 
 
 def _line(step: int, counters, i: int, radius, profile) -> dict:
@@ -456,7 +472,8 @@ def train(task: Task, configs, folders=None, writer: bool = True,
     if logged:  # measured on the params and carry this step starts from
       jax.block_until_ready(state)
       started = timer.add('train_steps', started)
-      radius, profile = devices.to_host(measure_executable(state, batch))
+      weights, profile = devices.to_host(measure_executable(state, batch))
+      radius = host_spectral_radii(weights)
       started = timer.add('metrics', started)
     state = step_executable(state, batch)
     if logged:
