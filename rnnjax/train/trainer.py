@@ -263,9 +263,9 @@ def diagnostics_function(probe_fn, recurrent_weight):
 
   The spectral radius is solved on the host, after the program, not inside it
   through ``jax.pure_callback``: in a program over several CPU devices ('data'
-  layout) the callback deadlocked about every second run of the README's
-  8-device example (7 devices in an all-reduce, the 8th inside the callback;
-  XLA aborts after 40 s)."""
+  layout) the callback deadlocked 6 of 8 runs of the README's 8-device
+  example on 2 cores (7 devices in an all-reduce, the 8th inside the
+  callback; XLA aborts after 40 s)."""
   distances = diagnostics.PROFILE_DISTANCES
 
   def one_run(params, carry, batch):
