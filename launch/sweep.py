@@ -137,11 +137,11 @@ def plan_jobs(experiment, configs, folders, todo: list[int], max_group_size: int
   jobs.sort(key=lambda job: -sum(work(experiment, configs[i]) * configs[i].steps
                                  for i in job[1]))
   first, programs = [], set()
-  for program, runs in jobs:
+  for n, (program, _) in enumerate(jobs):
     if len(first) < parts and program not in programs:
-      first.append(runs)
+      first.append(n)
       programs.add(program)
-  return first + [runs for _, runs in jobs if not any(runs is job for job in first)]
+  return [jobs[n][1] for n in first + [n for n in range(len(jobs)) if n not in first]]
 
 
 def work(experiment, config) -> float:
