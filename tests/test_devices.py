@@ -32,9 +32,9 @@ SMALL = ['--config=experiments/configs/char_lm.py', '--config.hidden_size=32',
 # sum into visible ones for entries whose gradient is near zero (rare characters).
 
 
-def environment(device_count: int, **extra) -> dict:
-  env = dict(os.environ, XLA_FLAGS=f'--xla_force_host_platform_device_count={device_count}',
-             RNNJAX_COMPILATION_CACHE='', **extra)
+def environment(device_count: int, xla_flags: str = '', **extra) -> dict:
+  env = dict(os.environ, RNNJAX_COMPILATION_CACHE='', **extra,
+             XLA_FLAGS=f'--xla_force_host_platform_device_count={device_count} {xla_flags}')
   env.setdefault('RNNJAX_DATA_DIR', str(ROOT.parent / 'shared' / 'data'))
   return env
 
@@ -150,3 +150,18 @@ def test_the_readme_example_over_8_cpu_devices_finishes(tmp_path):
       cwd=ROOT, env=environment(8), capture_output=True, text=True, timeout=600)
   assert process.returncode == 0, process.stdout[-2000:] + process.stderr[-2000:]
   assert [line['step'] for line in run_folder.read_metrics(tmp_path)] == [1, 10, 20, 30]
+
+
+def test_thousands_of_data_parallel_steps_over_2_cpu_devices_finish(tmp_path):
+  """With every step dispatched before the last one ended, XLA:CPU's client hung here
+  (both of two tries, in the step's all-reduce, after a few thousand steps); the
+  trainer now waits for each step over several CPU devices. XLA's own timeout is cut
+  to 20 s so that a hang fails the test instead of waiting for pytest."""
+  process = subprocess.run(
+      [sys.executable, '-m', 'launch.run', *SMALL, f'--workdir={tmp_path}',
+       '--config.layout=data', '--config.hidden_size=64', '--config.truncation=64',
+       '--config.steps=8000', '--config.log_every=4000'],
+      cwd=ROOT, env=environment(2, '--xla_cpu_collective_call_terminate_timeout_seconds=20'),
+      capture_output=True, text=True, timeout=600)
+  assert process.returncode == 0, process.stdout[-2000:] + process.stderr[-2000:]
+  assert [line['step'] for line in run_folder.read_metrics(tmp_path)] == [1, 4000, 8000]

@@ -422,6 +422,7 @@ def train(task: Task, configs, folders=None, writer: bool = True,
                           optimizers.handles_non_finite(first.clipping))
   measure_fn = diagnostics_function(task.probe, task.recurrent_weight)
   where = devices.placement(first.get('layout', 'auto'), runs, task.batch(1))
+  one_at_a_time = devices.needs_one_step_at_a_time(where)
   managers, boards, lines, resumed = [], [], [[] for _ in range(runs)], 0
   if folders is not None:
     managers = [run_folder.checkpoints(folder) for folder in folders]
@@ -476,6 +477,8 @@ def train(task: Task, configs, folders=None, writer: bool = True,
       radius = host_spectral_radii(weights)
       started = timer.add('metrics', started)
     state = step_executable(state, batch)
+    if one_at_a_time:
+      jax.block_until_ready(state)
     if logged:
       jax.block_until_ready(state)
       started = timer.add('train_steps', started)
