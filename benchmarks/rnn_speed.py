@@ -11,11 +11,19 @@ GFLOP/s counts 2 B T (d H + H^2) for the forward pass and three times that
 for forward+backward. XLA temp is the compiled program's temporary memory.
 A large float32 GEMM gives the machine's ceiling. --sweep adds the second
 part: 32 small character-LM runs (H = 64, T = 64, 200 steps) vmapped into
-one program against the same 32 runs one after another.
+one program against the same 32 runs one after another: the group on one
+device, and (on a machine of several cores) the group with its run axis
+split over one XLA CPU device a core (``config.layout='runs'``, in a child
+process started with ``--xla_force_host_platform_device_count``).
 Prints Markdown tables.
 """
 
+import json
+import math
+import os
 import random
+import subprocess
+import sys
 import time
 
 from absl import app
@@ -44,6 +52,9 @@ _THREADS = flags.DEFINE_integer('torch_threads', 2, 'torch.set_num_threads.')
 _SWEEP = flags.DEFINE_boolean('sweep', True, 'Also time 32 vmapped runs against 32 solo runs.')
 _SWEEP_BATCHES = flags.DEFINE_list('sweep_batches', ['1', '16'],
                                    'Batch sizes of the 32 small runs of the sweep comparison.')
+_GROUP_OVER_DEVICES = flags.DEFINE_integer(
+    'group_over_devices', 0, 'Only time the group of 32 runs of this batch size split over '
+    "this process's devices and print a JSON line (what --sweep runs in a child process).")
 
 
 def jax_variants(batch, steps, d, hidden):
@@ -153,15 +164,10 @@ def _timed(call):
   return time.perf_counter() - started
 
 
-def sweep_comparison(batch, runs=32, steps=200):
-  """32 char-LM runs (H = 64, E = 32, T = 64, spectral radius 0.5 .. 1.5, SGD at 0.5 with
-  global-norm clipping at 1, as the main sweep trains) through the trainer: one group of
-  32 (one vmapped step) against the same runs one after another (the step compiled once
-  for all of them; compilation is not counted in either).
-
-  Returns:
-    ``(solo_seconds, group_seconds, largest relative difference of a final loss)``.
-  """
+def _sweep_runs(batch, layout='auto', runs=32, steps=200):
+  """The task and the configs of the sweep comparison's 32 char-LM runs (H = 64, E = 32,
+  T = 64, spectral radius 0.5 .. 1.5, SGD at 0.5 with global-norm clipping at 1, as the
+  main sweep trains) on random tokens of a 65-character vocabulary."""
   vocab, hidden, tau = 65, 64, 64
   ids = np.asarray(jax.random.randint(jax.random.key(0), (batch * tau * steps + 1,), 0, vocab),
                    np.int32)
@@ -175,19 +181,69 @@ def sweep_comparison(batch, runs=32, steps=200):
   configs = [ml_collections.ConfigDict(dict(
       seed=i, steps=steps, log_every=steps, checkpoint_every=0, optimizer='sgd',
       learning_rate=0.5, clipping='global_norm', clip_threshold=1.0, on_divergence='stop',
-      spectral_radius=float(radius))) for i, radius in enumerate(np.linspace(0.5, 1.5, runs))]
+      spectral_radius=float(radius), layout=layout))
+      for i, radius in enumerate(np.linspace(0.5, 1.5, runs))]
+  return task, configs
 
-  def timed(group):
+
+def _timed_training(task, group, repeats=2):
+  """``(final train losses, seconds of training less compilation)`` of one group, the
+  fastest of ``repeats`` trainings (the same numbers each time)."""
+  times = []
+  for _ in range(repeats):
     _, records, timer = trainer.train(task, group)
-    return records, sum(v for k, v in timer.seconds.items() if k != 'compile')
+    times.append(sum(v for k, v in timer.seconds.items() if k != 'compile'))
+  return [r['final_train_loss'] for r in records], min(times)
 
-  timed(configs[:1])  # compile the one-run step
-  solo = [timed([config]) for config in configs]
-  timed(configs)  # compile the group step
-  together, group_seconds = timed(configs)
-  difference = max(abs(s[0][0]['final_train_loss'] - t['final_train_loss']) /
-                   s[0][0]['final_train_loss'] for s, t in zip(solo, together))
-  return sum(seconds for _, seconds in solo), group_seconds, difference
+
+def sweep_comparison(batch):
+  """The 32 runs through the trainer (one device): one group of 32 (one vmapped step)
+  against the same runs one after another (the step compiled once for all of them;
+  compilation is not counted in either; each training the faster of two).
+
+  Returns:
+    ``(solo seconds, group seconds, largest relative difference of a final loss between
+    the two, solo final losses)``.
+  """
+  task, configs = _sweep_runs(batch)
+  _timed_training(task, configs[:1], repeats=1)  # compile the one-run step
+  solo = [_timed_training(task, [config]) for config in configs]
+  _timed_training(task, configs, repeats=1)  # compile the group step
+  group_losses, group_seconds = _timed_training(task, configs)
+  solo_losses = [losses[0] for losses, _ in solo]
+  return (sum(seconds for _, seconds in solo), group_seconds,
+          _largest_relative_difference(solo_losses, group_losses), solo_losses)
+
+
+def _largest_relative_difference(reference, other):
+  return max(abs(a - b) / abs(a) for a, b in zip(reference, other))
+
+
+def group_over_cores(batch, cores):
+  """The group of 32 with its run axis split over ``cores`` XLA CPU devices, one a core
+  (``config.layout='runs'``), in a child process (the device count is fixed when XLA
+  starts).
+
+  Returns:
+    ``(group seconds, final losses)``.
+  """
+  env = dict(os.environ, XLA_FLAGS=(os.environ.get('XLA_FLAGS', '') +
+                                    f' --xla_force_host_platform_device_count={cores}'))
+  child = subprocess.run([sys.executable, '-m', 'benchmarks.rnn_speed', '--shapes=',
+                          f'--group_over_devices={batch}'], env=env, capture_output=True,
+                         text=True, check=False)
+  if child.returncode:
+    raise RuntimeError(f'the group over {cores} devices failed:\n{child.stderr[-3000:]}')
+  answer = json.loads(child.stdout.strip().splitlines()[-1])
+  return answer['seconds'], answer['losses']
+
+
+def _print_group_over_devices(batch):
+  """The child's part of ``group_over_cores``: one JSON line."""
+  task, configs = _sweep_runs(batch, layout='runs')
+  _timed_training(task, configs, repeats=1)  # compile
+  losses, seconds = _timed_training(task, configs)
+  print(json.dumps({'seconds': seconds, 'losses': losses}))
 
 
 def vmapped_layers(batch, runs=32, steps=64, d=32, hidden=64, rounds=7):
@@ -231,6 +287,10 @@ def markdown(rows, columns):
 
 def main(argv):
   del argv
+  if _GROUP_OVER_DEVICES.value:
+    run.keep_freed_memory()
+    _print_group_over_devices(_GROUP_OVER_DEVICES.value)
+    return
   kept = run.keep_freed_memory()  # as launch.run; for every variant of this process alike
   torch.set_num_threads(_THREADS.value)
   print(f'jax {jax.__version__} on {jax.devices()[0].platform}, torch {torch.__version__} '
@@ -249,12 +309,18 @@ def main(argv):
       print(f'layer under vmap, 32 runs (B={batch}, T=64, d=32, H=64), fwd+bwd: fused '
             f'{fused_ms:.2f} ms, plain scan {scan_ms:.2f} ms (fused {scan_ms / fused_ms:.2f}x '
             f'faster), fused one by one {solo_ms:.2f} ms')
+    cores = 2 ** int(math.log2(len(os.sched_getaffinity(0))))  # a divisor of the 32 runs
     for batch in map(int, _SWEEP_BATCHES.value):
-      solo, group, difference = sweep_comparison(batch)
-      print(f'sweep of 32 runs (H=64, T=64, B={batch}, 200 steps): one by one {solo:.1f} s, '
-            f'vmapped {group:.1f} s, speed-up {solo / group:.1f}x; largest relative difference '
-            f'of a final loss {difference:.1e}')
-
+      solo, group, difference, solo_losses = sweep_comparison(batch)
+      line = (f'sweep of 32 runs (H=64, T=64, B={batch}, 200 steps): one by one {solo:.1f} s, '
+              f'vmapped on one device {group:.1f} s ({solo / group:.1f}x, final losses within '
+              f'{difference:.1e} relative of the runs one by one)')
+      if cores > 1:
+        spread, losses = group_over_cores(batch, cores)
+        line += (f', vmapped over {cores} CPU devices (one a core, runs split over them) '
+                 f'{spread:.1f} s ({solo / spread:.1f}x, within '
+                 f'{_largest_relative_difference(solo_losses, losses):.1e})')
+      print(line, flush=True)
 
 if __name__ == '__main__':
   app.run(main)
