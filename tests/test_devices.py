@@ -129,6 +129,12 @@ def test_one_device_places_nothing():
   assert devices.describe(devices.Placement('single', None)) == 'one device'
 
 
+def test_only_placements_over_cpu_devices_wait_for_each_step():
+  assert not devices.needs_one_step_at_a_time(devices.Placement('single', None))
+  mesh = jax.sharding.Mesh(np.array(jax.devices()), ('devices',))
+  assert devices.needs_one_step_at_a_time(devices.Placement('data', mesh))
+
+
 def test_bad_distributed_variables_are_one_line(tmp_path):
   result = subprocess.run(
       [sys.executable, '-m', 'launch.run', *SMALL, f'--workdir={tmp_path}'], cwd=ROOT,
