@@ -309,7 +309,9 @@ def main(argv):
       print(f'layer under vmap, 32 runs (B={batch}, T=64, d=32, H=64), fwd+bwd: fused '
             f'{fused_ms:.2f} ms, plain scan {scan_ms:.2f} ms (fused {scan_ms / fused_ms:.2f}x '
             f'faster), fused one by one {solo_ms:.2f} ms')
-    cores = 2 ** int(math.log2(len(os.sched_getaffinity(0))))  # a divisor of the 32 runs
+    usable = (len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else
+              os.cpu_count() or 1)
+    cores = 2 ** int(math.log2(usable))  # a divisor of the 32 runs
     for batch in map(int, _SWEEP_BATCHES.value):
       solo, group, difference, solo_losses = sweep_comparison(batch)
       line = (f'sweep of 32 runs (H=64, T=64, B={batch}, 200 steps): one by one {solo:.1f} s, '
