@@ -289,8 +289,13 @@ _STOP = []  # the signal that asked the run to stop, if any
 
 
 def _request_stop(signum, frame):
+  """SIGTERM, SIGUSR2 and a first SIGINT (Ctrl-C, which a terminal sends to a sweep's
+  launcher and its runs alike): checkpoint the step in progress and stop. A second
+  SIGINT interrupts at once (KeyboardInterrupt)."""
   del frame
   _STOP.append(signum)
+  if signum == signal.SIGINT:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def stop_requested() -> bool:
@@ -321,7 +326,7 @@ def main(argv):
   quiet_logs()
   keep_freed_memory()
   enable_compilation_cache()
-  for signum in (signal.SIGTERM, signal.SIGUSR2):
+  for signum in (signal.SIGTERM, signal.SIGUSR2, signal.SIGINT):
     signal.signal(signum, _request_stop)
   try:
     initialize_distributed()

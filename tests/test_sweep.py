@@ -161,6 +161,28 @@ def test_interrupted_sweep_stops_its_runs_and_resumes(tmp_path, shared_data_dir)
     assert run_folder.saved_steps(workdir / f'spectral_radius={radius}')
 
 
+def test_ctrl_c_on_a_sweep_checkpoints_every_run_without_a_traceback(tmp_path, shared_data_dir):
+  """Ctrl-C reaches the launcher and its runs at once (one process group): each run
+  saves the step it is at, as on SIGTERM, instead of dying in a KeyboardInterrupt
+  (which lost everything since the last periodic checkpoint)."""
+  config = write_config(tmp_path, steps=100_000, radius=1.0)
+  workdir = tmp_path / 'sweep'
+  process = launch(config, workdir, start_new_session=True)
+  deadline = time.time() + 120
+  while not list(workdir.glob('*/metrics.jsonl')) and time.time() < deadline:
+    time.sleep(0.5)
+  os.killpg(process.pid, signal.SIGINT)  # what a terminal does on Ctrl-C
+  output, _ = process.communicate(timeout=120)
+  assert process.returncode == 130
+  assert 'interrupted: 0 of 3 runs have ended and are kept' in output
+  for radius in (0.5, 1.5, 1.0):
+    folder = workdir / f'spectral_radius={radius}'
+    assert run_folder.saved_steps(folder)
+    log = (folder / 'log.txt').read_text()
+    assert 'interrupted: stopped on request after step' in log
+    assert 'Traceback' not in log
+
+
 def test_a_sweep_whose_runs_all_fail_exits_non_zero_with_each_reason(tmp_path):
   config = write_config(tmp_path, radius=1.0)
   workdir = tmp_path / 'sweep'
