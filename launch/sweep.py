@@ -235,8 +235,10 @@ def main(argv):
                      processes if local else 1)
   jobs = [executors.Job([{'workdir': str(folders[i]), 'overrides': sweep[i]} for i in group])
           for group in groups]
+  resuming = sum(1 for i in todo if i not in changed and run_folder.saved_steps(folders[i]))
   print(f'{len(sweep)} runs: {len(sweep) - len(todo) - len(failures)} ended already, '
-        f'{len(failures)} failed their checks, {len(todo)} to train in {len(jobs)} job(s)'
+        f'{len(failures)} failed their checks, {len(todo)} to train'
+        + (f' ({resuming} from their checkpoints)' if resuming else '') + f' in {len(jobs)} job(s)'
         + (f' on {processes} process(es) x {threads} core(s)' if local else ' on Slurm'),
         flush=True)
   try:

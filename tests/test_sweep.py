@@ -181,6 +181,11 @@ def test_ctrl_c_on_a_sweep_checkpoints_every_run_without_a_traceback(tmp_path, s
     log = (folder / 'log.txt').read_text()
     assert 'interrupted: stopped on request after step' in log
     assert 'Traceback' not in log
+  again = launch(config, workdir, start_new_session=True)
+  first_line = again.stdout.readline()
+  os.killpg(again.pid, signal.SIGINT)
+  again.communicate(timeout=120)
+  assert '3 to train (3 from their checkpoints)' in first_line
 
 
 def test_a_sweep_whose_runs_all_fail_exits_non_zero_with_each_reason(tmp_path):
