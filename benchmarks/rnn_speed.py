@@ -55,7 +55,11 @@ _SWEEP_BATCHES = flags.DEFINE_list('sweep_batches', ['1', '16'],
                                    'Batch sizes of the 32 small runs of the sweep comparison.')
 _GROUP_OVER_DEVICES = flags.DEFINE_integer(
     'group_over_devices', 0, 'Only time the group of 32 runs of this batch size split over '
-    "this process's devices and print a JSON line (what --sweep runs in a child process).")
+    "this process's devices and print a JSON line (what --sweep runs in a child process).",
+    lower_bound=0)
+flags.register_validator('sweep_batches',
+                         lambda values: all(v.isdigit() and int(v) > 0 for v in values),
+                         message='--sweep_batches: expected positive integers')
 
 
 def jax_variants(batch, steps, d, hidden):
@@ -200,7 +204,7 @@ def _timed_training(task, group, repeats=2):
 
 
 def sweep_comparison(batch):
-  """The 32 runs through the trainer (one device): one group of 32 (one vmapped step)
+  """The 32 runs through the trainer (on this process's devices, layout auto): a group of 32
   against the same runs one after another (the step compiled once for all of them;
   compilation is not counted in either; each training the faster of two).
 
@@ -316,12 +320,14 @@ def main(argv):
     usable = (len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else
               os.cpu_count() or 1)
     cores = 2 ** int(math.log2(usable))  # a divisor of the 32 runs
+    here = f'{len(jax.devices())} {jax.default_backend()} device(s)'
+    split = cores > 1 and jax.default_backend() == 'cpu' and len(jax.devices()) == 1
     for batch in map(int, _SWEEP_BATCHES.value):
       solo, group, difference, solo_losses = sweep_comparison(batch)
       line = (f'sweep of 32 runs (H=64, T=64, B={batch}, 200 steps): one by one {solo:.1f} s, '
-              f'vmapped on one device {group:.1f} s ({solo / group:.1f}x, final losses within '
+              f'vmapped on {here} {group:.1f} s ({solo / group:.1f}x, final losses within '
               f'{difference:.1e} relative of the runs one by one)')
-      if cores > 1:
+      if split:
         spread, losses = group_over_cores(batch, cores)
         line += (f', vmapped over {cores} CPU devices (one a core, runs split over them) '
                  f'{spread:.1f} s ({solo / spread:.1f}x, within '

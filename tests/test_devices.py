@@ -129,6 +129,17 @@ def test_one_device_places_nothing():
   assert devices.describe(devices.Placement('single', None)) == 'one device'
 
 
+def test_a_layout_the_devices_cannot_take_is_refused_before_the_folder_is_touched(tmp_path):
+  process = subprocess.run(
+      [sys.executable, '-m', 'launch.run', *SMALL, f'--workdir={tmp_path}',
+       '--config.layout=data', '--config.batch_size=15'],
+      cwd=ROOT, env=environment(2), capture_output=True, text=True, timeout=300)
+  assert process.returncode == 1
+  assert process.stderr.strip().splitlines()[-1] == (
+      "error: config.layout: 'data' needs a batch size divisible by the 2 devices, got 15")
+  assert not list(tmp_path.iterdir())  # the corrected command needs no --overwrite
+
+
 def test_only_placements_over_cpu_devices_wait_for_each_step():
   assert not devices.needs_one_step_at_a_time(devices.Placement('single', None))
   mesh = jax.sharding.Mesh(np.array(jax.devices()), ('devices',))

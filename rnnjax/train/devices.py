@@ -69,7 +69,8 @@ def placement(layout: str, runs: int, batch) -> Placement:
       return Placement('single', None)
   if layout == 'runs' and runs % count:
     raise ValueError(f"config.layout: 'runs' needs a number of runs divisible by the "
-                     f'{count} devices, got a group of {runs}')
+                     f'{count} devices, got a group of {runs} (a sweep cuts each group into '
+                     f'--processes jobs of at most --max_group_size runs)')
   if layout == 'data' and not (batch_size and batch_size % count == 0):
     raise ValueError(f"config.layout: 'data' needs a batch size divisible by the {count} "
                      f'devices, got {batch_size}')

@@ -21,6 +21,7 @@ from absl import logging
 import jax
 from jax.experimental import multihost_utils
 
+from rnnjax.train import devices
 from rnnjax.train import run_folder
 from rnnjax.train import trainer
 
@@ -84,6 +85,9 @@ def run_group(experiment, configs, folders, overwrite: bool = False, stop_reques
   started = time.perf_counter()
   task = experiment.task(configs[todo[0]])
   task_seconds = time.perf_counter() - started
+  # config.layout against the devices, the runs and the batch: its errors before any folder
+  # is touched (the trainer places the group the same way)
+  devices.placement(configs[todo[0]].get('layout', 'auto'), len(todo), task.batch(1))
   writer = jax.process_index() == 0
   locks = [run_folder.lock(folders[i]) for i in todo] if writer else []
   try:
