@@ -85,9 +85,9 @@ def run_group(experiment, configs, folders, overwrite: bool = False, stop_reques
   started = time.perf_counter()
   task = experiment.task(configs[todo[0]])
   task_seconds = time.perf_counter() - started
-  # config.layout against the devices, the runs and the batch: its errors before any folder
-  # is touched (the trainer places the group the same way)
-  devices.placement(configs[todo[0]].get('layout', 'auto'), len(todo), task.batch(1))
+  layout = configs[todo[0]].get('layout', 'auto')
+  if layout != 'auto':  # its errors (devices, runs, batch) before any folder is touched
+    devices.placement(layout, len(todo), task.batch(1))
   writer = jax.process_index() == 0
   locks = [run_folder.lock(folders[i]) for i in todo] if writer else []
   try:
