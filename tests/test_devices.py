@@ -11,9 +11,11 @@ loss and the final params to 1e-5 relative).
 import json
 import os
 import pathlib
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import jax
 import numpy as np
@@ -138,6 +140,23 @@ def test_a_layout_the_devices_cannot_take_is_refused_before_the_folder_is_touche
   assert process.stderr.strip().splitlines()[-1] == (
       "error: config.layout: 'data' needs a batch size divisible by the 2 devices, got 15")
   assert not list(tmp_path.iterdir())  # the corrected command needs no --overwrite
+
+
+def test_a_run_resumed_on_other_devices_says_so(tmp_path):
+  first = launch([f'--workdir={tmp_path}', '--config.steps=3000'])
+  deadline = time.time() + 300
+  while not (tmp_path / run_folder.METRICS).exists() and time.time() < deadline:
+    time.sleep(0.2)
+  first.send_signal(signal.SIGTERM)  # checkpoints the step it is at
+  first.communicate(timeout=300)
+  assert first.returncode == 128 + signal.SIGTERM
+  output = run([f'--workdir={tmp_path}', '--config.steps=3000'], device_count=2)
+  starts = json.loads((tmp_path / run_folder.DEVICES).read_text())
+  assert [entry['devices'] for entry in starts] == [
+      'one device', '2 devices (1 process(es)), batch split over them']
+  assert starts[0]['from_step'] == 0 and starts[1]['from_step'] > 0
+  assert (f'resumed at step {starts[1]["from_step"]} on 2 devices (1 process(es)), batch split '
+          'over them; the steps before it ran on one device') in output
 
 
 def test_only_placements_over_cpu_devices_wait_for_each_step():

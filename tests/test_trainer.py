@@ -195,6 +195,22 @@ def test_resume_after_an_interruption_equals_an_uninterrupted_run(stream, tmp_pa
   assert records == whole_records
   assert (folder / 'metrics.jsonl').read_bytes() == (
       tmp_path / 'whole' / 'run_0' / 'metrics.jsonl').read_bytes()
+  assert run_folder.read_json(folder / run_folder.DEVICES) == [
+      {'from_step': 0, 'devices': 'one device'}, {'from_step': 17, 'devices': 'one device'}]
+
+
+def test_devices_json_forgets_starts_after_the_step_resumed_from(tmp_path):
+  assert run_folder.record_devices(tmp_path, 'one device', 0) is None
+  assert run_folder.record_devices(tmp_path, 'one device', 40) is None
+  moved = run_folder.record_devices(tmp_path, '2 devices', 20)  # an older checkpoint
+  assert moved == (f'{tmp_path}: resumed at step 20 on 2 devices; the steps before it ran on '
+                   'one device, so its numbers differ in the last digits from a run that never '
+                   'moved')
+  assert run_folder.read_json(tmp_path / run_folder.DEVICES) == [
+      {'from_step': 0, 'devices': 'one device'}, {'from_step': 20, 'devices': '2 devices'}]
+  assert run_folder.record_devices(tmp_path, 'one device', 0) is None  # a fresh start
+  assert run_folder.read_json(tmp_path / run_folder.DEVICES) == [
+      {'from_step': 0, 'devices': 'one device'}]
 
 
 def test_a_damaged_checkpoint_is_named_and_the_older_one_used(stream, tmp_path, caplog):

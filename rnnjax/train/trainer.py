@@ -436,6 +436,10 @@ def train(task: Task, configs, folders=None, writer: bool = True,
   if resumed:
     logging.info('resumed %d run(s) from the checkpoint of step %d', runs, resumed)
   writer = writer and folders is not None
+  for folder in folders if writer else []:
+    moved = run_folder.record_devices(folder, devices.describe(where), resumed)
+    if moved:
+      logging.warning('%s', moved)
   started = timer.add('setup', started)
 
   def save(state, step):
