@@ -22,6 +22,7 @@ run or in use, or missing data; 143 when stopped by a signal (checkpointed).
 import copy
 import ctypes
 import difflib
+import errno
 import importlib
 import importlib.util
 import json
@@ -340,8 +341,15 @@ def main(argv):
     summaries = harness.run_group(experiment, configs, folders, FLAGS.overwrite, stop_requested,
                                   provenance())
   except (ConfigError, ValueError, run_folder.ConfigMismatch, run_folder.FolderInUse,
-          corpora.CorpusError) as error:
-    print(f'error: {error}', file=sys.stderr)
+          corpora.CorpusError, OSError) as error:
+    if isinstance(error, OSError) and error.errno not in (errno.ENOSPC, errno.EDQUOT):
+      raise
+    full = isinstance(error, OSError) or 'RESOURCE_EXHAUSTED' in str(error)  # orbax's
+    print(f'error: {error}' + ('; free some space and run the same command again to resume '
+                               'from the last checkpoint' if full else ''),
+          file=sys.stderr, flush=True)
+    if full:  # not sys.exit: TensorBoard's and orbax's exit hooks would write to the full disk
+      os._exit(1)
     sys.exit(1)
   except trainer.Interrupted as error:
     print(f'interrupted: {error}; run the same command again to resume', file=sys.stderr)
