@@ -126,6 +126,14 @@ def test_layout_errors_name_the_field():
     devices.placement('rows', 1, {'ids': np.zeros((4, 3))})
 
 
+def test_data_layout_errors_say_what_cannot_be_split(monkeypatch):
+  monkeypatch.setattr(jax, 'devices', lambda: ['first', 'second'])  # raised before any mesh
+  with pytest.raises(ValueError, match="draw their batches inside the compiled program"):
+    devices.placement('data', 1, {'step': np.zeros(())})  # temporal_order's batches
+  with pytest.raises(ValueError, match="divisible by the 2 devices, got 15"):
+    devices.placement('data', 1, {'ids': np.zeros((15, 3))})
+
+
 def test_one_device_places_nothing():
   assert devices.placement('auto', 3, {'ids': np.zeros((4, 3))}).mesh is None
   assert devices.describe(devices.Placement('single', None)) == 'one device'
