@@ -303,6 +303,14 @@ def stop_requested() -> bool:
   return bool(_STOP)
 
 
+def _full_disk(error: Exception) -> bool:
+  """Whether ``error`` is a write to a full disk: ENOSPC or EDQUOT, or orbax's
+  RESOURCE_EXHAUSTED (a ValueError) from a checkpoint."""
+  if isinstance(error, OSError):
+    return error.errno in (errno.ENOSPC, errno.EDQUOT)
+  return 'RESOURCE_EXHAUSTED' in str(error)
+
+
 def describe(experiment, folder: pathlib.Path, summary: dict) -> str:
   """Lines that tell a user how a run ended: its status and the experiment's report."""
   lines = [f'{folder}: {summary.get("status")} after {summary.get("steps_done")} steps' +
@@ -342,9 +350,9 @@ def main(argv):
                                   provenance())
   except (ConfigError, ValueError, run_folder.ConfigMismatch, run_folder.FolderInUse,
           corpora.CorpusError, OSError) as error:
-    if isinstance(error, OSError) and error.errno not in (errno.ENOSPC, errno.EDQUOT):
+    full = _full_disk(error)
+    if isinstance(error, OSError) and not full:
       raise
-    full = isinstance(error, OSError) or 'RESOURCE_EXHAUSTED' in str(error)  # orbax's
     print(f'error: {error}' + ('; free some space and run the same command again to resume '
                                'from the last checkpoint' if full else ''),
           file=sys.stderr, flush=True)

@@ -481,10 +481,9 @@ def train(task: Task, configs, folders=None, writer: bool = True,
       radius = host_spectral_radii(weights)
       started = timer.add('metrics', started)
     state = step_executable(state, batch)
-    if one_at_a_time:
+    if logged or one_at_a_time:
       jax.block_until_ready(state)
     if logged:
-      jax.block_until_ready(state)
       started = timer.add('train_steps', started)
       state = log(state, step, radius, profile)
       started = timer.add('metrics', started)
