@@ -1,15 +1,18 @@
 """Where a sweep's jobs run: local processes, or a Slurm cluster through submitit.
 
-A job is one vmapped group of runs: ``python -m launch.run --config=FILE
---group=JOBFILE`` on the local machine, or the same function (``run_job``)
-in a Slurm job. Either way every run holds its own folder's lock while it
-trains, so no run ever trains twice at once, and each run's ``log.txt`` gets
-the job's output appended (never overwritten).
+A job is one vmapped group of runs: on the local machine a job file handed
+to a worker process, ``python -m launch.run --config=FILE --worker``, or the
+same harness (``run_job``) in a Slurm job. Either way every run holds its own
+folder's lock while it trains, so no run ever trains twice at once, and each
+run's ``log.txt`` gets the job's output appended (never overwritten).
 
-Local: at most ``processes`` at once, each pinned to its own ``threads``
-cores (processes x threads never exceeds the cores the launcher may use) and
-killed with the launcher (Linux's parent-death signal), so no orphan goes on
-training. Slurm: one array job, at most ``array_parallelism`` tasks at once;
+Local: one worker per ``threads`` cores, at most ``processes`` (processes x
+threads never exceeds the cores the launcher may use), each pinned to its
+cores, running its jobs one after another, and killed with the launcher
+(Linux's parent-death signal), so no orphan goes on training. A worker's jobs
+share its start, imports and JAX's first-use programs (about 2 s a job on 2
+CPU cores); one that dies (a signal, a full disk) takes only its job with it,
+and the next job on its cores starts a new one. Slurm: one array job, at most ``array_parallelism`` tasks at once;
 a task that Slurm preempts or requeues (SIGTERM) checkpoints the step it is
 at and resumes from it when it runs again, and one warned of its time limit
 (SIGUSR2) checkpoints and requeues itself through submitit.
@@ -32,6 +35,8 @@ from typing import NamedTuple
 
 from absl import logging
 import submitit
+
+from launch import run
 
 
 class Job(NamedTuple):
@@ -75,7 +80,7 @@ def _child_setup(cores):
 
 
 class Local:
-  """Runs jobs as local processes, ``processes`` at a time, ``threads`` cores each."""
+  """Runs jobs on local worker processes, ``processes`` at a time, ``threads`` cores each."""
 
   def __init__(self, config_path: str, processes: int, threads: int):
     cores = sorted(os.sched_getaffinity(0))
@@ -85,36 +90,55 @@ class Local:
     self.config_path, self.processes = config_path, processes
     self.slots = queue.Queue()
     for i in range(processes):
-      self.slots.put(cores[i * threads:(i + 1) * threads])
-    self.children = set()
+      self.slots.put(tuple(cores[i * threads:(i + 1) * threads]))
+    self.workers = {}  # cores -> the worker process pinned to them
     self.stopping = threading.Event()
 
+  def _worker(self, cores):
+    """The live worker on ``cores``, started if there is none."""
+    process = self.workers.get(cores)
+    if process is None or process.poll() is not None:
+      process = subprocess.Popen(
+          [sys.executable, '-m', 'launch.run', f'--config={self.config_path}', '--worker'],
+          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+          preexec_fn=_child_setup(cores))
+      self.workers[cores] = process
+    return process
+
   def _run(self, number: int, job: Job):
-    """Runs one job; returns ``(returncode, reason)``."""
+    """Runs one job on a worker; returns ``(exit status, reason)``."""
     if self.stopping.is_set():
       return None, 'not started: the sweep was interrupted'
     folders = [entry['workdir'] for entry in job.entries]
     job_file = pathlib.Path(tempfile.gettempdir()) / f'rnnjax_job_{os.getpid()}_{number}.json'
     job_file.write_text(json.dumps(job.entries, indent=1))
-    command = [sys.executable, '-m', 'launch.run', f'--config={self.config_path}',
-               f'--group={job_file}']
     cores = self.slots.get()
+    output, status = [], None
     try:
+      process = self._worker(cores)
       append_log(folders, f'\n=== {datetime.datetime.now():%Y-%m-%d %H:%M:%S} launch: '
-                          f'{len(folders)} run(s) on cores {cores}: {" ".join(command)}\n')
-      process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                 text=True, preexec_fn=_child_setup(cores))
-      self.children.add(process)
-      output = []
-      for line in process.stdout:
-        output.append(line)
-        append_log(folders, line)
-      process.wait()
-      self.children.discard(process)
+                          f'{len(folders)} run(s) on cores {list(cores)}: '
+                          f'{" ".join(process.args)} (pid {process.pid}) < {job_file}\n')
+      try:
+        process.stdin.write(f'{job_file}\n')
+        process.stdin.flush()
+      except (OSError, ValueError):  # the worker is gone, or its input closed by stop()
+        pass
+      while status is None:
+        line = process.stdout.readline()
+        if not line:  # the worker ended with the job (a signal, a full disk, a crash)
+          status = process.wait()
+          if status < 0:
+            output.append(f'its process (pid {process.pid}) was killed by signal {-status}')
+        elif line.startswith(run.JOB_END):
+          status = int(line.split()[-1])
+        else:
+          output.append(line)
+          append_log(folders, line)
     finally:
       self.slots.put(cores)
       job_file.unlink(missing_ok=True)
-    return process.returncode, reason(''.join(output[-50:]))
+    return status, reason(''.join(output[-50:]))
 
   def run(self, jobs, on_end) -> None:
     """Runs every job; calls ``on_end(job, returncode, reason)`` as each ends. On
@@ -128,12 +152,19 @@ class Local:
       self.stop()
       raise
     finally:
+      for process in self.workers.values():  # the end of its input ends a worker
+        try:
+          process.stdin.close()
+        except OSError:
+          pass
+      for process in self.workers.values():  # before its thread ends (and kills it)
+        process.wait()
       pool.shutdown(wait=True, cancel_futures=True)
 
   def stop(self) -> None:
     """Starts nothing more and asks the running jobs to checkpoint and stop (SIGTERM)."""
     self.stopping.set()
-    for process in list(self.children):
+    for process in list(self.workers.values()):
       process.terminate()
 
 
@@ -148,7 +179,6 @@ def run_job(config_path: str, entries: list) -> int:
   Returns:
     0 when every run ended (finished or diverged).
   """
-  from launch import run
   from rnnjax.train import harness
   from rnnjax.train import trainer
 

@@ -10,9 +10,14 @@ latest checkpoint, or, if it ended, prints its summary and trains nothing; a
 config that differs from the folder's config.json is refused (one line naming
 the differing fields) unless ``--overwrite``, which clears the folder first.
 SIGTERM (and SIGUSR2, Slurm's time-limit warning) checkpoints the run at the
-current step before it exits. ``--group=FILE`` (what ``launch.sweep`` passes)
-trains the runs listed in a JSON file, ``[{"workdir": ..., "overrides":
-{field: value}}, ...]``, as one vmapped program.
+current step before it exits. ``--group=FILE`` trains the runs listed in a
+JSON file, ``[{"workdir": ..., "overrides": {field: value}}, ...]``, as one
+vmapped program. ``--worker`` (what ``launch.sweep`` starts, one per core)
+reads such files' paths from stdin, one a line, and runs each as ``--group``
+would, ending each job's output with a line ``JOB_END <status>``; it exits at
+the end of its input, or as ``--group`` would for a full disk or a signal.
+Its jobs share the process's start, imports and the small programs JAX
+compiles on first use (about 2 s a job on 2 CPU cores).
 
 Exit status: 0 when the runs finished or diverged (a diverged run is a
 result); 1 with one line on stderr for a bad config, a folder of another
@@ -54,6 +59,8 @@ def define_flags():
                       'tensorboard/, checkpoint/, summary.json, timing.json.')
   flags.DEFINE_string('group', None, 'Instead of --workdir: a JSON file listing the runs of one '
                       'vmapped group, [{"workdir": ..., "overrides": {field: value}}, ...].')
+  flags.DEFINE_bool('worker', False, 'Instead of --workdir: run the group files whose paths '
+                    'come on stdin, one a line, each output ending in a JOB_END line.')
   flags.DEFINE_bool('overwrite', False, 'Clear the run folder (checkpoint included) and start '
                     'afresh, instead of resuming or refusing a folder of another config.')
 
@@ -324,29 +331,25 @@ def describe(experiment, folder: pathlib.Path, summary: dict) -> str:
   return '\n'.join(lines)
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+JOB_END = '=== launch.run --worker: job ended with exit status'
+
+
+def run_group_of(experiment, configs, folders, overwrite: bool) -> int:
+  """Trains a group through the harness and prints how each run ended.
+
+  Returns:
+    0, or 1 after one 'error:' line on stderr for a bad config, a folder of
+    another run or in use, or missing data.
+  Exits:
+    with 1 at once (``os._exit``) on a full disk, with 128 + the signal number
+    when stopped by a signal (checkpointed).
+  """
   from rnnjax.data import corpora
   from rnnjax.train import harness
   from rnnjax.train import run_folder
   from rnnjax.train import trainer
-
-  quiet_logs()
-  keep_freed_memory()
-  enable_compilation_cache()
-  for signum in (signal.SIGTERM, signal.SIGUSR2, signal.SIGINT):
-    signal.signal(signum, _request_stop)
   try:
-    initialize_distributed()
-    if bool(FLAGS.workdir) == bool(FLAGS.group):
-      raise ConfigError('expected exactly one of --workdir (one run) and --group (a group file)')
-    experiment = experiment_module(FLAGS.config)
-    if FLAGS.group:
-      configs, folders = group_runs(FLAGS.config, read_group_file(pathlib.Path(FLAGS.group)))
-    else:
-      configs, folders = [FLAGS.config], [pathlib.Path(FLAGS.workdir)]
-    summaries = harness.run_group(experiment, configs, folders, FLAGS.overwrite, stop_requested,
+    summaries = harness.run_group(experiment, configs, folders, overwrite, stop_requested,
                                   provenance())
   except (ConfigError, ValueError, run_folder.ConfigMismatch, run_folder.FolderInUse,
           corpora.CorpusError, OSError) as error:
@@ -358,13 +361,60 @@ def main(argv):
           file=sys.stderr, flush=True)
     if full:  # not sys.exit: TensorBoard's and orbax's exit hooks would write to the full disk
       os._exit(1)
-    sys.exit(1)
+    return 1
   except trainer.Interrupted as error:
     print(f'interrupted: {error}; run the same command again to resume', file=sys.stderr)
     sys.exit(128 + _STOP[0])
   if jax.process_index() == 0:
     for folder, summary in zip(folders, summaries):
       print(describe(experiment, folder, summary))
+  return 0
+
+
+def serve_jobs(config) -> None:
+  """``--worker``: runs the group file named on each line of stdin, then prints
+  ``JOB_END <status>``; returns at the end of stdin. A signal that came while
+  it waited ends it (128 + its number) before the next job starts."""
+  for line in sys.stdin:
+    if _STOP:
+      sys.exit(128 + _STOP[0])
+    if not line.strip():
+      continue
+    try:
+      configs, folders = group_runs(config, read_group_file(pathlib.Path(line.strip())))
+      status = run_group_of(experiment_module(config), configs, folders, False)
+    except ConfigError as error:
+      print(f'error: {error}', file=sys.stderr)
+      status = 1
+    sys.stderr.flush()
+    print(f'{JOB_END} {status}', flush=True)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  quiet_logs()
+  keep_freed_memory()
+  enable_compilation_cache()
+  for signum in (signal.SIGTERM, signal.SIGUSR2, signal.SIGINT):
+    signal.signal(signum, _request_stop)
+  try:
+    initialize_distributed()
+    if (bool(FLAGS.workdir) + bool(FLAGS.group) + FLAGS.worker) != 1:
+      raise ConfigError('expected exactly one of --workdir (one run), --group (a group file) '
+                        'and --worker (group files named on stdin)')
+    if FLAGS.worker:
+      serve_jobs(FLAGS.config)
+      return
+    experiment = experiment_module(FLAGS.config)
+    if FLAGS.group:
+      configs, folders = group_runs(FLAGS.config, read_group_file(pathlib.Path(FLAGS.group)))
+    else:
+      configs, folders = [FLAGS.config], [pathlib.Path(FLAGS.workdir)]
+  except (ConfigError, ValueError) as error:
+    print(f'error: {error}', file=sys.stderr, flush=True)
+    sys.exit(1)
+  sys.exit(run_group_of(experiment, configs, folders, FLAGS.overwrite))
 
 
 if __name__ == '__main__':

@@ -3,6 +3,7 @@
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -141,6 +142,46 @@ def test_after_sigkill_of_the_launcher_a_relaunch_trains_no_run_twice(tmp_path,
   for radius in (0.5, 1.5, 1.0):
     assert metrics_steps(workdir / f'spectral_radius={radius}') == [1] + list(
         range(10, 3001, 10))
+
+
+def worker_pids(folder):
+  """The pids of the workers that ran a run's jobs, from its log.txt."""
+  return [int(pid) for pid in re.findall(r'--worker \(pid (\d+)\)', (folder / 'log.txt').read_text())]
+
+
+@pytest.mark.slow
+def test_a_worker_runs_its_cores_jobs_and_one_killed_takes_only_its_job(tmp_path,
+                                                                       shared_data_dir):
+  """One process, runs one a job: one worker trains them one after another. Killed -9
+  in the first job, that job fails with the signal named, the next jobs run on a new
+  worker, and a relaunch resumes the killed run from its checkpoint."""
+  config = write_config(tmp_path, steps=400, radius=1.0)
+  workdir = tmp_path / 'sweep'
+  process = launch(config, workdir, '--processes=1', '--max_group_size=1')
+  deadline = time.time() + 300
+  first = None
+  while time.time() < deadline and first is None:
+    for folder in workdir.glob('spectral_radius=*'):
+      if (folder / 'metrics.jsonl').exists() and run_folder.saved_steps(folder):
+        first = folder
+    time.sleep(0.05)
+  killed, = worker_pids(first)
+  os.kill(killed, signal.SIGKILL)
+  _, errors = process.communicate(timeout=600)
+  assert process.returncode == 1
+  assert errors.strip() == (f'failed: {first.name}: its process (pid {killed}) was killed by '
+                            'signal 9')
+  others = [f for f in workdir.glob('spectral_radius=*') if f != first]
+  assert len(others) == 2
+  successor, = set(worker_pids(others[0]) + worker_pids(others[1]))  # one worker, two jobs
+  assert successor != killed
+  assert all(json.loads((f / 'summary.json').read_text())['steps_done'] == 400 for f in others)
+  resumed = run_folder.saved_steps(first)[-1]
+  code, output, errors = run_sweep(config, workdir)
+  assert code == 0, errors
+  assert '1 to train (1 from their checkpoints)' in output
+  assert metrics_steps(first) == [1] + list(range(10, 401, 10))
+  assert f'resumed 1 run(s) from the checkpoint of step {resumed}' in (first / 'log.txt').read_text()
 
 
 def test_interrupted_sweep_stops_its_runs_and_resumes(tmp_path, shared_data_dir):
