@@ -375,6 +375,7 @@ def serve_jobs(config) -> None:
   """``--worker``: runs the group file named on each line of stdin, then prints
   ``JOB_END <status>``; returns at the end of stdin. A signal that came while
   it waited ends it (128 + its number) before the next job starts."""
+  from rnnjax.train import trainer
   for line in sys.stdin:
     if _STOP:
       sys.exit(128 + _STOP[0])
@@ -386,6 +387,7 @@ def serve_jobs(config) -> None:
     except ConfigError as error:
       print(f'error: {error}', file=sys.stderr)
       status = 1
+    trainer.forget_compiled()
     sys.stderr.flush()
     print(f'{JOB_END} {status}', flush=True)
 

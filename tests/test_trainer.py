@@ -172,6 +172,21 @@ def test_one_program_serves_every_radius_learning_rate_and_threshold(stream, cap
   assert compiled == ['Compiling jit(step)']  # once, for the three runs together
 
 
+def test_forget_compiled_drops_the_programs_of_past_tasks():
+  """What a worker does between jobs: the step of a task trained before is neither
+  kept (the task's closures and executables) nor reused; training again compiles it."""
+  task = linear_task([1.0, 2.0])
+  train(task, [config()])
+  assert trainer._COMPILED and trainer.step_function.cache_info().currsize
+  trainer.forget_compiled()
+  assert not trainer._COMPILED
+  assert trainer.step_function.cache_info().currsize == 0
+  assert trainer.diagnostics_function.cache_info().currsize == 0
+  params, records, _ = train(task, [config(steps=2)])
+  assert records[0]['steps_done'] == 2
+  np.testing.assert_allclose(params[0]['w'], [-1.0 / 5**0.5, -2.0 / 5**0.5] * np.array(2))
+
+
 def test_resume_after_an_interruption_equals_an_uninterrupted_run(stream, tmp_path):
   task = lm_task(stream, dropout_rate=0.3)
   run = config(steps=25, log_every=5, checkpoint_every=10, optimizer='adam', learning_rate=1e-2)

@@ -354,6 +354,16 @@ def _compiled(function, timer: Timer, *args):
   return _COMPILED[signature]
 
 
+def forget_compiled() -> None:
+  """Drops this process's jitted steps and diagnostics and their executables (each
+  task's own: a task built anew compiles again, or reads JAX's persistent cache), so
+  that a process that trains job after job (``launch.run --worker``) keeps only
+  JAX's own caches between them."""
+  step_function.cache_clear()
+  diagnostics_function.cache_clear()
+  _COMPILED.clear()
+
+
 def _restore(state: TrainState, folders, managers, sharding=None):
   """Resumes the group from the newest step that every run's folder can restore
   (onto ``sharding``, every device, when several devices train the group).
