@@ -42,13 +42,14 @@ Variants, each timed end to end as a user meets it (wall clock):
                    compile time from it.
   launch.sweep     ``python -m launch.sweep`` in a subprocess on a fresh
                    temporary folder: process starts (the launcher and one
-                   ``launch.run`` per group), imports, the data, compilation,
+                   worker ``launch.run`` per core), imports, the data, compilation,
                    training, metrics and TensorBoard files, checkpoints,
                    evaluation on the validation text and two samples per run,
                    summaries, tables and plots. Cold: ``RNNJAX_COMPILATION_CACHE=''``
                    (no persistent cache); cache fill: the cache on, in a fresh
                    temporary folder (cold, and writing it); warm: the same
-                   command again on a fresh workdir, the cache filled.
+                   command again on a fresh workdir, the cache filled (by the
+                   cache-fill variant, or else by an untimed sweep before it).
 
 Tokens per second count runs x steps x B x tau (the sum over runs) whatever
 the variant spends them on. The ratio is wall time rnnjax / PyTorch peer
@@ -432,6 +433,8 @@ def benchmark(overrides: list[dict], modes, threads: int = 2) -> tuple[list[dict
         continue
       if mode != 'sweep_cold' and cache_folder is None:
         cache_folder = tempfile.mkdtemp(prefix='main_job_peer_xla_')
+        if mode == 'sweep_warm':  # no cache-filling sweep before it: fill the cache, untimed
+          run_launch_sweep(overrides, cache_folder)
       seconds, phases, summaries = run_launch_sweep(overrides,
                                                     cache_folder if mode != 'sweep_cold' else '')
       results[mode] = (seconds, phases)
