@@ -12,9 +12,11 @@ cores, running its jobs one after another, and killed with the launcher
 (Linux's parent-death signal), so no orphan goes on training. A worker's jobs
 share its start, imports and JAX's first-use programs (about 2 s a job on 2
 CPU cores); one that dies (a signal, a full disk) takes only its job with it,
-and the next job on its cores starts a new one. Slurm: one array job, at most ``array_parallelism`` tasks at once;
-a task that Slurm preempts or requeues (SIGTERM) checkpoints the step it is
-at and resumes from it when it runs again, and one warned of its time limit
+and the next job on its cores starts a new one.
+
+Slurm: one array job, at most ``array_parallelism`` tasks at once; a task
+that Slurm preempts or requeues (SIGTERM) checkpoints the step it is at and
+resumes from it when it runs again, and one warned of its time limit
 (SIGUSR2) checkpoints and requeues itself through submitit.
 """
 
@@ -40,7 +42,7 @@ from launch import run
 
 
 class Job(NamedTuple):
-  """One process: the runs of a group (their folders new, or resumed)."""
+  """One job: the runs of a group (their folders new, or resumed)."""
   entries: list  # [{"workdir": run folder, "overrides": {field: value}}, ...]
 
 

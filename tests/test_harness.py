@@ -101,6 +101,8 @@ def test_configuration_errors_are_one_line_without_a_traceback(tmp_path):
       (['--config.spectral_radus=1.1'], 'did you mean spectral_radius?'),
       (['--config.spectral_radius=-1'], 'config.spectral_radius: expected a finite value >= 0'),
       (['--config.optimizer=adamx'], "config.optimizer: expected one of"),
+      (['--worker'], 'expected exactly one of --workdir (one run), --group (a group file) '
+                     'and --worker'),
       (['--config.data_dir=/nonexistent'], 'tinyshakespeare: /nonexistent/tinyshakespeare/'
                                            'input.txt is missing')):
     code, stdout, stderr = run(['--config=experiments/configs/char_lm.py', *arguments],
