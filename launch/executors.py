@@ -27,10 +27,10 @@ import json
 import os
 import pathlib
 import queue
+import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from typing import NamedTuple
@@ -84,12 +84,17 @@ def _child_setup(cores):
 class Local:
   """Runs jobs on local worker processes, ``processes`` at a time, ``threads`` cores each."""
 
-  def __init__(self, config_path: str, processes: int, threads: int):
+  def __init__(self, config_path: str, processes: int, threads: int, job_folder: pathlib.Path):
+    """``job_folder``: where the job files go, emptied first (the sweep's own, which its
+    launcher holds: files a killed launcher left there are of no use)."""
     cores = sorted(os.sched_getaffinity(0))
     if processes * threads > len(cores):
       raise ValueError(f'--processes x --threads_per_run: expected at most the {len(cores)} '
                        f'cores, got {processes} x {threads}')
     self.config_path, self.processes = config_path, processes
+    self.job_folder = pathlib.Path(job_folder)
+    shutil.rmtree(self.job_folder, ignore_errors=True)
+    self.job_folder.mkdir(parents=True)
     self.slots = queue.Queue()
     for i in range(processes):
       self.slots.put(tuple(cores[i * threads:(i + 1) * threads]))
@@ -108,39 +113,58 @@ class Local:
     return process
 
   def _run(self, number: int, job: Job):
-    """Runs one job on a worker; returns ``(exit status, reason)``."""
+    """Runs one job on its cores' worker; returns ``(exit status, reason)``. A worker
+    that ends without taking the job (it was stopping: a signal after its last job)
+    gets a successor, which is handed the job once more."""
     if self.stopping.is_set():
       return None, 'not started: the sweep was interrupted'
     folders = [entry['workdir'] for entry in job.entries]
-    job_file = pathlib.Path(tempfile.gettempdir()) / f'rnnjax_job_{os.getpid()}_{number}.json'
+    job_file = (self.job_folder / f'{number}.json').absolute()
     job_file.write_text(json.dumps(job.entries, indent=1))
     cores = self.slots.get()
-    output, status = [], None
+    output = []
     try:
-      process = self._worker(cores)
-      append_log(folders, f'\n=== {datetime.datetime.now():%Y-%m-%d %H:%M:%S} launch: '
-                          f'{len(folders)} run(s) on cores {list(cores)}: '
-                          f'{" ".join(process.args)} (pid {process.pid}) < {job_file}\n')
-      try:
-        process.stdin.write(f'{job_file}\n')
-        process.stdin.flush()
-      except (OSError, ValueError):  # the worker is gone, or its input closed by stop()
-        pass
-      while status is None:
-        line = process.stdout.readline()
-        if not line:  # the worker ended with the job (a signal, a full disk, a crash)
-          status = process.wait()
-          if status < 0:
-            output.append(f'its process (pid {process.pid}) was killed by signal {-status}')
-        elif line.startswith(run.JOB_END):
-          status = int(line.split()[-1])
-        else:
-          output.append(line)
-          append_log(folders, line)
+      for _ in range(2):
+        process = self._worker(cores)
+        append_log(folders, f'\n=== {datetime.datetime.now():%Y-%m-%d %H:%M:%S} launch: '
+                            f'{len(folders)} run(s) on cores {list(cores)}: '
+                            f'{" ".join(process.args)} (pid {process.pid}) < {job_file}\n')
+        taken, status = self._follow(process, job_file, folders, output)
+        if taken or self.stopping.is_set():
+          break
     finally:
       self.slots.put(cores)
       job_file.unlink(missing_ok=True)
     return status, reason(''.join(output[-50:]))
+
+  @staticmethod
+  def _follow(process, job_file, folders, output):
+    """Hands ``job_file`` to ``process`` and copies its output to the runs' logs and
+    ``output`` up to the job's end; returns ``(whether it took the job, exit status)``."""
+    try:
+      process.stdin.write(f'{job_file}\n')
+      process.stdin.flush()
+    except (OSError, ValueError):  # the worker is gone, or its input closed by stop()
+      pass
+    taken = False
+    while True:
+      line = process.stdout.readline()
+      if line.startswith(run.JOB_START):
+        taken = True
+      elif line.startswith(run.JOB_END):
+        return taken, int(line.split()[-1])
+      elif line:
+        output.append(line)
+        append_log(folders, line)
+      else:  # the worker ended: a signal, a full disk, a crash
+        status = process.wait()
+        why = (f'was killed by signal {-status}' if status < 0 else
+               f'ended with exit status {status}')
+        line = (f'its process (pid {process.pid}) {why}' +
+                ('' if taken else ' before it took the job') + '\n')
+        output.append(line)
+        append_log(folders, line)
+        return taken, status
 
   def run(self, jobs, on_end) -> None:
     """Runs every job; calls ``on_end(job, returncode, reason)`` as each ends. On

@@ -14,8 +14,9 @@ current step before it exits. ``--group=FILE`` trains the runs listed in a
 JSON file, ``[{"workdir": ..., "overrides": {field: value}}, ...]``, as one
 vmapped program. ``--worker`` (what ``launch.sweep`` starts, one per core)
 reads such files' paths from stdin, one a line, and runs each as ``--group``
-would, ending each job's output with a line ``JOB_END <status>``; it exits at
-the end of its input, or as ``--group`` would for a full disk or a signal.
+would, between a line ``JOB_START`` and a line ``JOB_END <status>``; it exits
+at the end of its input, or as ``--group`` would for a full disk or a signal
+(one that comes after a job's training ends it before the next job).
 Its jobs share the process's start, imports and the small programs JAX
 compiles on first use (about 2 s a job on 2 CPU cores).
 
@@ -60,7 +61,8 @@ def define_flags():
   flags.DEFINE_string('group', None, 'Instead of --workdir: a JSON file listing the runs of one '
                       'vmapped group, [{"workdir": ..., "overrides": {field: value}}, ...].')
   flags.DEFINE_bool('worker', False, 'Instead of --workdir: run the group files whose paths '
-                    'come on stdin, one a line, each output ending in a JOB_END line.')
+                    "come on stdin, one a line, each job's output between JOB_START and JOB_END "
+                    'lines.')
   flags.DEFINE_bool('overwrite', False, 'Clear the run folder (checkpoint included) and start '
                     'afresh, instead of resuming or refusing a folder of another config.')
 
@@ -209,12 +211,19 @@ def read_group_file(path: pathlib.Path) -> list:
   """The entries of a group file (``group_runs``).
 
   Raises:
-    ConfigError: for an unreadable file.
+    ConfigError: for an unreadable file, or one that is not a non-empty list of
+      such entries.
   """
   try:
-    return json.loads(pathlib.Path(path).read_text())
+    entries = json.loads(pathlib.Path(path).read_text())
   except (OSError, json.JSONDecodeError) as error:
     raise ConfigError(f'--group: cannot read {path}: {error}') from None
+  if not (isinstance(entries, list) and entries and all(
+      isinstance(entry, dict) and isinstance(entry.get('workdir'), str) and
+      isinstance(entry.get('overrides'), dict) for entry in entries)):
+    raise ConfigError(f'--group: {path}: expected a non-empty list of {{"workdir": folder, '
+                      f'"overrides": {{field: value}}}}, got {str(entries)[:200]}')
+  return entries
 
 
 def provenance() -> dict:
@@ -331,6 +340,7 @@ def describe(experiment, folder: pathlib.Path, summary: dict) -> str:
   return '\n'.join(lines)
 
 
+JOB_START = '=== launch.run --worker: job taken'
 JOB_END = '=== launch.run --worker: job ended with exit status'
 
 
@@ -371,23 +381,38 @@ def run_group_of(experiment, configs, folders, overwrite: bool) -> int:
   return 0
 
 
-def serve_jobs(config) -> None:
-  """``--worker``: runs the group file named on each line of stdin, then prints
-  ``JOB_END <status>``; returns at the end of stdin. A signal that came while
-  it waited ends it (128 + its number) before the next job starts."""
+def forget_job_programs() -> None:
+  """Drops the jitted functions a job's task made: the trainer's steps and diagnostics
+  with their executables, evaluation's and sampling's programs (cached per model, and
+  a model holds its first run's spectral radius). A worker that kept them grew by
+  about 14 MB a job of another radius; a new task compiles its own anyway (or reads
+  JAX's persistent cache)."""
+  from rnnjax import evaluation
+  from rnnjax import sampling
   from rnnjax.train import trainer
+  trainer.forget_compiled()
+  for cached in (evaluation._windows, evaluation._streaming, sampling._generator):
+    cached.cache_clear()
+
+
+def serve_jobs(config) -> None:
+  """``--worker``: for each line of stdin, a group file's path, prints ``JOB_START``,
+  runs the group, and prints ``JOB_END <status>``; returns at the end of stdin. A
+  worker asked to stop (a signal after its last job's training) exits with 128 + the
+  signal's number instead of taking the next job."""
   for line in sys.stdin:
-    if _STOP:
-      sys.exit(128 + _STOP[0])
     if not line.strip():
       continue
+    if _STOP:
+      sys.exit(128 + _STOP[0])
+    print(JOB_START, flush=True)
     try:
       configs, folders = group_runs(config, read_group_file(pathlib.Path(line.strip())))
       status = run_group_of(experiment_module(config), configs, folders, False)
     except ConfigError as error:
       print(f'error: {error}', file=sys.stderr)
       status = 1
-    trainer.forget_compiled()
+    forget_job_programs()
     sys.stderr.flush()
     print(f'{JOB_END} {status}', flush=True)
 

@@ -243,7 +243,7 @@ def main(argv):
         flush=True)
   try:
     if local:
-      executor = executors.Local(FLAGS.config, processes, threads)
+      executor = executors.Local(FLAGS.config, processes, threads, workdir / '.jobs')
     else:
       executor = executors.Slurm(FLAGS.config, workdir, {
           'slurm_partition': FLAGS.partition, 'timeout_min': FLAGS.time,

@@ -11,6 +11,8 @@ import time
 
 import pytest
 
+from launch import executors
+from launch import run
 from launch import sweep
 from rnnjax.train import run_folder
 
@@ -137,8 +139,10 @@ def test_after_sigkill_of_the_launcher_a_relaunch_trains_no_run_twice(tmp_path,
   orphans = subprocess.run(['pgrep', '-f', f'launch.run --config={config}'],
                            capture_output=True, text=True).stdout
   assert orphans == ''
+  assert list((workdir / '.jobs').iterdir())  # the killed launcher's job files
   code, output, errors = run_sweep(config, workdir)
   assert code == 0, errors
+  assert not list((workdir / '.jobs').iterdir())  # cleared, not left in /tmp
   for radius in (0.5, 1.5, 1.0):
     assert metrics_steps(workdir / f'spectral_radius={radius}') == [1] + list(
         range(10, 3001, 10))
@@ -171,6 +175,8 @@ def test_a_worker_runs_its_cores_jobs_and_one_killed_takes_only_its_job(tmp_path
   assert process.returncode == 1
   assert errors.strip() == (f'failed: {first.name}: its process (pid {killed}) was killed by '
                             'signal 9')
+  assert (f'its process (pid {killed}) was killed by signal 9'
+          in (first / 'log.txt').read_text())  # the run's own log says so too
   others = [f for f in workdir.glob('spectral_radius=*') if f != first]
   assert len(others) == 2
   successor, = set(worker_pids(others[0]) + worker_pids(others[1]))  # one worker, two jobs
@@ -182,6 +188,79 @@ def test_a_worker_runs_its_cores_jobs_and_one_killed_takes_only_its_job(tmp_path
   assert '1 to train (1 from their checkpoints)' in output
   assert metrics_steps(first) == [1] + list(range(10, 401, 10))
   assert f'resumed 1 run(s) from the checkpoint of step {resumed}' in (first / 'log.txt').read_text()
+
+
+TINY_RUN = dict(hidden_size=8, embedding_size=4, batch_size=4, truncation=8, steps=3,
+                log_every=10, checkpoint_every=10, sample_length=5)
+
+
+def test_a_worker_forgets_the_programs_of_each_job():
+  """Evaluation's and sampling's programs are cached per model, and a model holds its
+  spectral radius: kept, they grew a worker by about 14 MB a job of another radius."""
+  from rnnjax import evaluation
+  from rnnjax import models
+  from rnnjax import sampling
+  for radius in (0.5, 1.5):
+    model = models.LanguageModel(vocab_size=5, hidden_size=4, embedding_size=2, radius=radius)
+    evaluation._windows(model)
+    evaluation._streaming(model)
+    sampling._generator(model, 3, True, None)
+  cached = (evaluation._windows, evaluation._streaming, sampling._generator)
+  assert all(function.cache_info().currsize >= 2 for function in cached)
+  run.forget_job_programs()
+  assert all(function.cache_info().currsize == 0 for function in cached)
+
+
+def test_a_worker_signalled_after_a_job_takes_no_other(tmp_path, shared_data_dir):
+  """A signal that comes after a job's training (its report, or between jobs) ends the
+  worker before the next job: it exits 128 + 15 without taking it."""
+  jobs = []
+  for name in ('one', 'two'):
+    jobs.append(tmp_path / f'{name}.json')
+    jobs[-1].write_text(json.dumps([{'workdir': str(tmp_path / name), 'overrides': TINY_RUN}]))
+  worker = subprocess.Popen([sys.executable, '-m', 'launch.run',
+                             '--config=experiments/configs/char_lm.py', '--worker'],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+  worker.stdin.write(f'{jobs[0]}\n')
+  worker.stdin.flush()
+  lines = []
+  while not lines or not lines[-1].startswith(run.JOB_END):
+    lines.append(worker.stdout.readline())
+  assert lines[0].startswith(run.JOB_START) and lines[-1].strip().endswith(' 0')
+  worker.send_signal(signal.SIGTERM)
+  time.sleep(1)
+  worker.stdin.write(f'{jobs[1]}\n')
+  worker.stdin.close()
+  assert worker.stdout.read() == ''  # not taken
+  assert worker.wait(timeout=60) == 143
+  assert not (tmp_path / 'two').exists()
+
+
+def test_a_job_handed_to_a_worker_that_ends_untaken_runs_on_a_new_one(tmp_path,
+                                                                     shared_data_dir):
+  local = executors.Local('experiments/configs/char_lm.py', processes=1, threads=1,
+                          job_folder=tmp_path / 'jobs')
+  start = local._worker
+  stopping = subprocess.Popen([sys.executable, '-c', 'import sys; sys.stdin.readline(); '
+                               'sys.exit(143)'], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+
+  def worker(cores):
+    if not local.workers:  # the first: a worker that ends without taking its job
+      local.workers[cores] = stopping
+      return stopping
+    return start(cores)
+
+  local._worker = worker
+  ends = []
+  folder = tmp_path / 'run'
+  local.run([executors.Job([{'workdir': str(folder), 'overrides': TINY_RUN}])],
+            lambda job, status, why: ends.append(status))
+  assert ends == [0]
+  assert json.loads((folder / 'summary.json').read_text())['steps_done'] == 3
+  assert (f'its process (pid {stopping.pid}) ended with exit status 143 before it took the '
+          'job') in (folder / 'log.txt').read_text()
 
 
 def test_interrupted_sweep_stops_its_runs_and_resumes(tmp_path, shared_data_dir):

@@ -242,9 +242,13 @@ def test_a_damaged_checkpoint_is_named_and_the_older_one_used(stream, tmp_path, 
   for path in (folder / 'checkpoint' / '15').rglob('*'):
     if path.is_file() and path.stat().st_size > 100:
       path.write_bytes(path.read_bytes()[:50])  # truncated files
+  unfinished = folder / 'checkpoint' / '16.orbax-checkpoint-tmp'  # a save killed midway
+  unfinished.mkdir()
+  (unfinished / 'part').write_bytes(b'x' * 1000)
   with caplog.at_level('WARNING'):
     params, _, _ = trainer.train(task, [run], [folder])
   assert 'checkpoint of step 15 cannot be read' in caplog.text
+  assert not unfinished.exists()
   for got, expected in zip(jax.tree_util.tree_leaves(params[0]),
                            jax.tree_util.tree_leaves(whole[0])):
     np.testing.assert_array_equal(got, expected)

@@ -250,10 +250,12 @@ def cut_metrics(folder: pathlib.Path, step: int) -> list[dict]:
 
 def checkpoints(folder: pathlib.Path) -> ocp.CheckpointManager:
   """The folder's orbax checkpoint manager: synchronous saves (each finalised by an
-  atomic rename), the last two steps kept."""
+  atomic rename), the last two steps kept, and the temporary folders of saves that
+  never finished (a process killed while saving) removed."""
   return ocp.CheckpointManager(
       (pathlib.Path(folder) / CHECKPOINTS).absolute(),
-      options=ocp.CheckpointManagerOptions(max_to_keep=2, enable_async_checkpointing=False))
+      options=ocp.CheckpointManagerOptions(max_to_keep=2, enable_async_checkpointing=False,
+                                           cleanup_tmp_directories=True))
 
 
 def saved_steps(folder: pathlib.Path) -> list[int]:
