@@ -202,6 +202,12 @@ def main(argv):
     sys.exit(1)
   keys = swept_keys(sweep)
   folders = [workdir / run_name(o, keys) for o in sweep]
+  strays = sorted(path.parent.name for path in workdir.glob(f'*/{run_folder.CONFIG}')
+                  if path.parent not in folders)
+  if strays:
+    print(f'note: {len(strays)} run folder(s) in {workdir} belong to no run of this sweep and '
+          f'are left as they are: {", ".join(strays)} (a folder is named after its run\'s swept '
+          'values: a changed value, or a key swept anew, names another folder)')
   failures, changed, todo = {}, [], []
   for i, (config, folder) in enumerate(zip(configs, folders)):
     try:

@@ -95,6 +95,8 @@ def test_a_changed_run_trains_again_and_only_it(tmp_path, shared_data_dir):
   code, output, _ = run_sweep(changed, workdir)
   assert code == 0
   assert '2 ended already' in output and '1 to train' in output
+  assert (f'note: 1 run folder(s) in {workdir} belong to no run of this sweep and are left as '
+          'they are: spectral_radius=1.0 (') in output
   after = summaries(workdir)
   for name in ('spectral_radius=0.5', 'spectral_radius=1.5'):
     assert after[name] == before[name]
