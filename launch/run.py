@@ -22,7 +22,8 @@ compiles on first use (about 2 s a job on 2 CPU cores).
 
 Exit status: 0 when the runs finished or diverged (a diverged run is a
 result); 1 with one line on stderr for a bad config, a folder of another
-run or in use, or missing data; 143 when stopped by a signal (checkpointed).
+run or in use, or missing data; 128 + the signal's number when stopped by one
+(checkpointed): 143 SIGTERM, 140 SIGUSR2, 130 SIGINT.
 """
 
 import copy

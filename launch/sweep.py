@@ -203,7 +203,7 @@ def main(argv):
   keys = swept_keys(sweep)
   folders = [workdir / run_name(o, keys) for o in sweep]
   strays = sorted(path.parent.name for path in workdir.glob(f'*/{run_folder.CONFIG}')
-                  if path.parent not in folders)
+                  if path.parent not in folders and not path.parent.is_symlink())
   if strays:
     print(f'note: {len(strays)} run folder(s) in {workdir} belong to no run of this sweep and '
           f'are left as they are: {", ".join(strays)} (a folder is named after its run\'s swept '
@@ -327,5 +327,9 @@ def interrupt(signum, frame):
 if __name__ == '__main__':
   define_flags()
   import signal
-  signal.signal(signal.SIGTERM, interrupt)
+  # SIGINT too: a launcher started in the background of a script ignores it (POSIX), while
+  # its runs, which set their own handler, would checkpoint and stop, and it went on
+  # starting the next jobs (helper-11).
+  for signum in (signal.SIGTERM, signal.SIGINT):
+    signal.signal(signum, interrupt)
   app.run(main)

@@ -92,6 +92,7 @@ def test_a_changed_run_trains_again_and_only_it(tmp_path, shared_data_dir):
   assert run_sweep(write_config(tmp_path, radius=1.0), workdir)[0] == 0
   before = summaries(workdir)
   changed = write_config(tmp_path, radius=1.2)  # the third run's spectral radius
+  (workdir / 'a_link').symlink_to(workdir / 'spectral_radius=0.5')  # as the README makes one
   code, output, _ = run_sweep(changed, workdir)
   assert code == 0
   assert '2 ended already' in output and '1 to train' in output
@@ -281,6 +282,24 @@ def test_interrupted_sweep_stops_its_runs_and_resumes(tmp_path, shared_data_dir)
   assert children.stdout == ''  # no experiment process left behind
   for radius in (0.5, 1.5, 1.0):  # each run checkpointed the step it stopped at
     assert run_folder.saved_steps(workdir / f'spectral_radius={radius}')
+
+
+def test_ctrl_c_stops_a_launcher_started_with_sigint_ignored(tmp_path, shared_data_dir):
+  """A script's background job starts with SIGINT ignored (POSIX); the launcher sets its
+  own handler, as its runs do, so Ctrl-C stops the sweep instead of its next jobs
+  starting on new workers."""
+  config = write_config(tmp_path, steps=100_000, radius=1.0)
+  workdir = tmp_path / 'sweep'
+  process = launch(config, workdir, '--max_group_size=1', start_new_session=True,
+                   preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+  deadline = time.time() + 120
+  while not list(workdir.glob('*/metrics.jsonl')) and time.time() < deadline:
+    time.sleep(0.5)
+  os.killpg(process.pid, signal.SIGINT)
+  output, _ = process.communicate(timeout=120)
+  assert process.returncode == 130
+  assert 'interrupted: 0 of 3 runs have ended and are kept' in output
+  assert len(list(workdir.glob('*/log.txt'))) == 2  # the third job never started
 
 
 def test_ctrl_c_on_a_sweep_checkpoints_every_run_without_a_traceback(tmp_path, shared_data_dir):
