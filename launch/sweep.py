@@ -28,16 +28,13 @@ failed run's reason, when any run failed.
 """
 
 import copy
-import math
 import os
 import pathlib
 import sys
 import threading
-import time
 
 from absl import app
 from absl import flags
-from absl import logging
 import tqdm
 
 from launch import executors

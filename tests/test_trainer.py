@@ -1,7 +1,6 @@
 """The trainer: one divergence rule, measurements from the optimizer chain, groups,
 resume, TensorBoard. Each case of the run-harness issue is a test with its right value."""
 
-import json
 import math
 import pathlib
 
