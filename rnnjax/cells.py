@@ -21,9 +21,12 @@ a ValueError naming ``inputs`` or ``initial_state`` otherwise.
 """
 
 import functools
+import math
+import numbers
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from rnnjax import initializers
 from rnnjax import recurrence
@@ -53,10 +56,26 @@ def check_step(name, params, carry, x_shape, weights, pair=False):
     pair: the cell carries an ``(h, c)`` pair (LSTM).
 
   Raises:
-    ValueError: naming ``inputs`` (last axis not d) or ``initial_state`` (not
-      the cell's kind, last axis not H, or batch axes other than those of the
-      input), with the expected and the given shape.
+    ValueError: naming ``params`` (not the cell's weights, or shapes that do not
+      fit together: ``[d, G H]``, ``[H, G H]`` and biases ``[G H]``, G = 1, 3,
+      4 for Elman, GRU, LSTM), ``inputs`` (last axis not d) or
+      ``initial_state`` (not the cell's kind, last axis not H, or batch axes
+      other than those of the input), with the expected and the given shape.
   """
+  gates = _GATES[name]
+  shapes = ({key: tuple(getattr(value, 'shape', ())) for key, value in params.items()}
+            if isinstance(params, dict) else None)
+  if shapes is None or any(w not in shapes for w in weights) or 'b' not in shapes:
+    raise ValueError(f'params: expected the {name} cell\'s {[*weights, "b"]} (as init_{name} '
+                     f'makes them), got {shapes if shapes is not None else type(params).__name__}')
+  hidden = shapes[weights[1]][0] if len(shapes[weights[1]]) == 2 else None
+  width = None if hidden is None else gates * hidden
+  if (hidden is None or shapes[weights[1]] != (hidden, width) or len(shapes[weights[0]]) != 2
+      or shapes[weights[0]][1] != width or
+      any(shapes[key] != (width,) for key in ('b', 'b_hh') if key in shapes)):
+    blocks = 'H' if gates == 1 else f'{gates} H'
+    raise ValueError(f'params: expected {weights[0]} [d, {blocks}], {weights[1]} [H, {blocks}] '
+                     f'and biases [{blocks}] of one H for the {name} cell, got {shapes}')
   x_shape = tuple(x_shape)
   input_size, hidden_size = params[weights[0]].shape[0], params[weights[1]].shape[0]
   if x_shape[-1:] != (input_size,):
@@ -75,6 +94,9 @@ def check_step(name, params, carry, x_shape, weights, pair=False):
     if state.shape[:-1] != x_shape[:-1]:
       raise ValueError(f'initial_state: expected shape {x_shape[:-1] + (hidden_size,)} (the '
                        f'batch axes of the inputs, then H), got shape {state.shape}')
+
+
+_GATES = {'elman': 1, 'gru': 3, 'lstm': 4}  # blocks of H in the weights' second axis
 
 
 def _in_params_dtype(params, x, carry):
@@ -96,14 +118,17 @@ def elman_cell(params, carry, x, activation: str = 'tanh'):
     params' dtype.
 
   Raises:
-    ValueError: as ``check_step``: the last axis of ``x`` not d, a carry that
-      is not one array, of last axis other than H or batch axes other than
-      those of ``x``; params of two floating dtypes.
+    ValueError: as ``check_step``: params that are not Elman weights of one
+      H, the last axis of ``x`` not d, a carry that is not one array, of last
+      axis other than H or batch axes other than those of ``x``; params of two
+      floating dtypes; an unknown activation.
 
   References:
     Elman (1990), "Finding Structure in Time"; seed notes 000 to 002.
   """
-  check_step('elman', params, carry, x.shape, ('W_xh', 'W_hh'))
+  if activation not in ACTIVATIONS:
+    raise ValueError(f'activation: expected one of {sorted(ACTIVATIONS)}, got {activation!r}')
+  check_step('elman', params, carry, jnp.shape(x), ('W_xh', 'W_hh'))
   x, carry = _in_params_dtype(params, x, carry)
   h = ACTIVATIONS[activation](x @ params['W_xh'] + carry @ params['W_hh'] + bias(params))
   return h, h
@@ -142,7 +167,7 @@ def elman(activation: str = 'tanh'):
 
 def _check_sizes(input_size, hidden_size, biases):
   for name, size in (('input_size', input_size), ('hidden_size', hidden_size)):
-    if not isinstance(size, int) or size < 1:
+    if isinstance(size, (bool, np.bool_)) or not isinstance(size, (int, np.integer)) or size < 1:
       raise ValueError(f'{name}: expected a positive int, got {size!r}')
   if biases not in (1, 2):
     raise ValueError(f'biases: expected 1 or 2, got {biases!r}')
@@ -171,9 +196,17 @@ def init_elman(key, input_size: int, hidden_size: int, recurrent_init: str = 'ga
     U(+-1/sqrt(H)) each).
 
   Raises:
-    ValueError: for a size < 1, a negative radius or an unknown init name.
+    ValueError: for a size that is not an int >= 1, a radius or input_scale
+      that is not a finite value >= 0, or an unknown init name.
   """
   _check_sizes(input_size, hidden_size, biases)
+  input_size, hidden_size = int(input_size), int(hidden_size)
+  if isinstance(radius, (bool, np.bool_)) or not isinstance(radius, numbers.Real) or not (
+      0 <= radius < math.inf):
+    raise ValueError(f'radius: expected a finite value >= 0, got {radius!r}')
+  if input_scale is not None and (isinstance(input_scale, (bool, np.bool_)) or not isinstance(
+      input_scale, numbers.Real) or not 0 <= input_scale < math.inf):
+    raise ValueError(f'input_scale: expected a finite value >= 0 (or None), got {input_scale!r}')
   key_x, key_h, key_b, key_b2 = jax.random.split(key, 4)
   if recurrent_init == 'uniform':
     params = {

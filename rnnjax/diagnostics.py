@@ -12,10 +12,12 @@ References:
   neural networks", eq. 5-7.
 """
 
+import math
 from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from rnnjax import cells
 from rnnjax import recurrence
@@ -23,7 +25,7 @@ from rnnjax import recurrence
 PROFILE_DISTANCES = (1, 2, 5, 10, 20, 40)
 
 
-def state_gradients(cell, params, inputs, initial_state, loss_fn):
+def state_gradients(cell, params, inputs, initial_state, loss_fn, lengths=None):
   """dL/dh_t for every step t, in one forward and one backward pass.
 
   A zero perturbation e_t is added to each state inside the scan
@@ -36,11 +38,24 @@ def state_gradients(cell, params, inputs, initial_state, loss_fn):
     params: the cell's params.
     inputs: ``<float32>[B, T, d]``.
     initial_state: ``<float32>[B, H]``.
-    loss_fn: ``loss_fn(states <float32>[B, T, H]) -> scalar``.
+    loss_fn: ``loss_fn(states <float32>[B, T, H]) -> scalar``; with
+      ``lengths`` it should not read the states of steps t >= lengths[b].
+    lengths: optional ``<int>[B]`` in [0, T]: the inputs of steps t >=
+      lengths[b] are zeroed first (``recurrence.zero_padding``), so NaN or inf
+      in padding reaches no gradient of an earlier step.
 
   Returns:
     ``(loss, state_gradients <float32>[B, T, H])``.
+
+  Raises:
+    ValueError: for inputs not of rank 3, an initial state not ``[B, H]``, or
+      lengths not ``<int>[B]`` in [0, T] (values checked when concrete).
   """
+  if jnp.ndim(initial_state) != 2:
+    raise ValueError(f'initial_state: expected one [B, H] array, got shape '
+                     f'{jnp.shape(initial_state)}')
+  recurrence.check_inputs(inputs, initial_state, lengths)
+  inputs = recurrence.zero_padding(inputs, recurrence.as_lengths(lengths, inputs.shape[1]))
   time_major = jnp.swapaxes(inputs, 0, 1)
   batch, hidden = initial_state.shape
 
@@ -60,8 +75,31 @@ def state_gradients(cell, params, inputs, initial_state, loss_fn):
 
 
 def profile_distances(truncation: int, distances=PROFILE_DISTANCES) -> tuple[int, ...]:
-  """The distances k of ``distances`` that fit in a window of tau steps (k < tau)."""
+  """The distances k of ``distances`` that fit in a window of tau steps (k < tau).
+
+  Raises:
+    ValueError: for a truncation that is not an int tau >= 1.
+  """
+  if (isinstance(truncation, (bool, np.bool_)) or not isinstance(truncation, (int, np.integer))
+      or truncation < 1):
+    raise ValueError(f'truncation: expected an int tau >= 1, got {truncation!r}')
   return tuple(k for k in distances if k < truncation)
+
+
+def _checked_distances(distances, last: int) -> tuple[int, ...]:
+  """``distances`` as a tuple of ints in [1, last], or a ValueError naming it."""
+  try:
+    values = tuple(distances)
+  except TypeError:
+    values = None
+  if values is None or any(isinstance(k, (bool, np.bool_)) or np.ndim(k) or
+                           not np.issubdtype(np.asarray(k).dtype, np.integer) for k in values):
+    raise ValueError(f'distances: expected a sequence of ints, got {distances!r}')
+  values = tuple(int(k) for k in values)
+  if any(not 1 <= k <= last for k in values):
+    bound = 'ints >= 1' if last == math.inf else f'values in [1, T - 1] = [1, {last}]'
+    raise ValueError(f'distances: expected {bound}, got {values}')
+  return values
 
 
 def gradient_norm_profile(gradients, distances, lengths=None):
@@ -75,25 +113,32 @@ def gradient_norm_profile(gradients, distances, lengths=None):
     gradients: ``<float32>[B, T, H]`` from ``state_gradients``; norms are taken
       over the batch and hidden axes together.
     distances: ints k with 1 <= k < T.
-    lengths: optional ``<int32>[B]`` true lengths in [1, T].
+    lengths: optional ``<int32>[B]`` true lengths in [1, T] (values checked
+      when concrete).
 
   Returns:
     ``<float32>[len(distances)]``, dimensionless ratios (empty for no
     distances); NaN where no sequence is longer than k.
 
   Raises:
-    ValueError: for a distance outside [1, T - 1].
+    ValueError: for gradients not of rank 3, distances that are not ints in
+      [1, T - 1], or lengths not ``<int>[B]`` in [1, T].
   """
+  if jnp.ndim(gradients) != 3:
+    raise ValueError(f'gradients: expected rank 3 [B, T, H], got shape {jnp.shape(gradients)}')
   last = gradients.shape[1] - 1
-  if any(not 1 <= k <= last for k in distances):
-    raise ValueError(f'distances: expected values in [1, T - 1] = [1, {last}], '
-                     f'got {tuple(distances)}')
+  distances = _checked_distances(distances, last)
+  if lengths is not None:
+    recurrence.check_inputs(gradients, gradients, lengths)
+    if not isinstance(lengths, jax.core.Tracer) and np.size(lengths) and np.min(lengths) < 1:
+      raise ValueError(f'lengths: expected values in [1, T] = [1, {last + 1}], got min '
+                       f'{np.min(lengths)}')
   if not distances:
     return jnp.zeros((0,), gradients.dtype)
   if lengths is None:
     norms = jnp.sqrt(jnp.sum(gradients ** 2, axis=(0, 2)))  # [T]
     return jnp.stack([norms[last - k] for k in distances]) / norms[last]
-  lengths = jnp.asarray(lengths)
+  lengths = recurrence.as_lengths(lengths, last + 1)
   aligned = recurrence.reverse_within_lengths(gradients, lengths)  # [b, k] = step len_b - 1 - k
   squares = jnp.sum(aligned ** 2, axis=2)  # [B, T]
   ratios = []
@@ -124,7 +169,7 @@ class Probe(NamedTuple):
 def profile(probe: Probe, distances) -> jax.Array:
   """``gradient_norm_profile`` of a ``Probe``: ``<float32>[len(distances)]``."""
   _, gradients = state_gradients(probe.cell, probe.params, probe.inputs, probe.initial_state,
-                                 probe.loss)
+                                 probe.loss, probe.lengths)
   return gradient_norm_profile(gradients, distances, probe.lengths)
 
 
@@ -139,7 +184,14 @@ def recurrent_matrix(cell_params) -> jax.Array:
 
 
 def largest_singular_value(matrix) -> jax.Array:
-  """sigma_max of a ``[H, H]`` matrix (its spectral norm)."""
+  """sigma_max of a ``[H, H]`` matrix (its spectral norm).
+
+  Raises:
+    ValueError: for a matrix that is not square ``[H, H]``, H >= 1.
+  """
+  shape = jnp.shape(matrix)
+  if len(shape) != 2 or shape[0] != shape[1] or not shape[0]:
+    raise ValueError(f'matrix: expected a square [H, H] array, H >= 1, got shape {shape}')
   return jnp.linalg.norm(matrix, ord=2)
 
 
@@ -162,17 +214,22 @@ def jacobian_product_norms(states, w_hh, distances, activation: str = 'tanh'):
     ``(norms <float32>[B, len(distances)], bounds <float32>[len(distances)])``.
 
   Raises:
-    ValueError: for a distance outside [1, T - 1].
+    ValueError: for states not of rank 3, w_hh not [H, H], or distances that
+      are not ints in [1, T - 1] (at least one).
 
   References:
     Pascanu, Mikolov & Bengio (2013), eq. 7; seed note 001, "why the product
     explodes or vanishes".
   """
-  steps = states.shape[1]
+  if jnp.ndim(states) != 3:
+    raise ValueError(f'states: expected rank 3 [B, T, H], got shape {jnp.shape(states)}')
+  hidden = states.shape[2]
+  if jnp.shape(w_hh) != (hidden, hidden):
+    raise ValueError(f'w_hh: expected shape [H, H] = ({hidden}, {hidden}), got {jnp.shape(w_hh)}')
+  distances = _checked_distances(distances, states.shape[1] - 1)
+  if not distances:
+    raise ValueError('distances: expected at least one distance, got none')
   longest = max(distances)
-  if min(distances) < 1 or longest > steps - 1:
-    raise ValueError(f'distances: expected values in [1, T - 1] = [1, {steps - 1}], '
-                     f'got {tuple(distances)}')
   derivatives = cells.activation_derivative(states, activation)  # [B, T, H]
   # Row layout: a perturbation e of h_{t-n} reaches h_t as e M_n with
   # M_n = W D_{t-n+1} W D_{t-n+2} ... W D_t, so M_{n+1} = W D_{t-n} M_n.
@@ -201,7 +258,14 @@ def growth_rate(ratios, distances):
 
   Returns:
     ``[..., len(distances)]`` per-step rates.
+
+  Raises:
+    ValueError: for distances that are not ints >= 1, one per ratio.
   """
+  distances = _checked_distances(distances, math.inf)
+  if jnp.shape(ratios)[-1:] != (len(distances),):
+    raise ValueError(f'ratios: expected a last axis of len(distances) = {len(distances)}, got '
+                     f'shape {jnp.shape(ratios)}')
   return ratios ** (1.0 / jnp.asarray(distances, jnp.float32))
 
 
@@ -214,16 +278,29 @@ def norm_table(row_name: str, rows: dict, columns) -> tuple[str, str]:
     columns: column labels in order (e.g. distances).
 
   Returns:
-    ``(markdown, csv)`` strings; numbers in the Markdown as 3 significant
-    digits in scientific notation, in the CSV as Python's repr.
+    ``(markdown, csv)`` strings; floats (Python, numpy or 0-d JAX) in the
+    Markdown as 3 significant digits in scientific notation, in the CSV as
+    the shortest repr in their own dtype; ints as ints.
   """
+  def markdown_cell(v):
+    if v is None:
+      return '-'
+    kind = np.asarray(v).dtype.kind if np.ndim(v) == 0 else ''
+    return f'{float(v):.2e}' if kind == 'f' else str(int(v)) if kind in 'iu' else str(v)
+
+  def csv_cell(v):
+    if v is None:
+      return ''
+    kind = np.asarray(v).dtype.kind if np.ndim(v) == 0 else ''
+    if kind == 'f':  # numpy's shortest repr of the value in its own dtype: 0.1, not 0.10000000149
+      return repr(v) if isinstance(v, float) else str(np.asarray(v)[()])
+    return str(int(v)) if kind in 'iu' else repr(v)
+
   header = [row_name] + [str(c) for c in columns]
   markdown = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
   csv_lines = [','.join(header)]
   for label, values in rows.items():
     cells = [values.get(c) for c in columns]
-    markdown.append('| ' + ' | '.join([str(label)] + [
-        '-' if v is None else (f'{v:.2e}' if isinstance(v, float) else str(v)) for v in cells])
-                    + ' |')
-    csv_lines.append(','.join([str(label)] + ['' if v is None else repr(v) for v in cells]))
+    markdown.append('| ' + ' | '.join([str(label)] + [markdown_cell(v) for v in cells]) + ' |')
+    csv_lines.append(','.join([str(label)] + [csv_cell(v) for v in cells]))
   return '\n'.join(markdown) + '\n', '\n'.join(csv_lines) + '\n'

@@ -10,11 +10,30 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
+
+from rnnjax.data import batching
+
+
+def _check_targets(logits, targets):
+  """Targets of shape logits.shape[:-1], ids in [0, V) when concrete."""
+  if jnp.shape(targets) != jnp.shape(logits)[:-1]:
+    raise ValueError(f'targets: expected shape {jnp.shape(logits)[:-1]} = the leading axes of '
+                     f'logits {jnp.shape(logits)}, got {jnp.shape(targets)}')
+  batching.check_ids('targets', targets, jnp.shape(logits)[-1])
 
 
 def cross_entropy(logits, targets):
-  """Mean negative log-likelihood in nats: ``[B, T, V], <int>[B, T] -> scalar``."""
+  """Mean negative log-likelihood in nats: ``[B, T, V], <int>[B, T] -> scalar``.
+
+  Raises:
+    ValueError: for targets not of shape [B, T] = logits' leading axes, no
+      targets at all (the mean of none), or (when concrete) ids outside [0, V).
+  """
+  _check_targets(logits, targets)
+  if not jnp.size(targets):
+    raise ValueError(f'targets: expected at least one target, got shape {jnp.shape(targets)}')
   return optax.softmax_cross_entropy_with_integer_labels(logits, targets).mean()
 
 
@@ -36,16 +55,12 @@ def masked_nll(logits, targets, mask):
       axes, a mask that is not boolean, or (when concrete) target ids
       outside [0, V).
   """
-  if jnp.shape(targets) != logits.shape[:-1] or jnp.shape(mask) != logits.shape[:-1]:
-    raise ValueError(f'targets, mask: expected shape [B, T] = {logits.shape[:-1]} (logits are '
-                     f'{logits.shape}), got {jnp.shape(targets)} and {jnp.shape(mask)}')
+  if jnp.shape(mask) != logits.shape[:-1]:
+    raise ValueError(f'mask: expected shape [B, T] = {logits.shape[:-1]} (logits are '
+                     f'{logits.shape}), got {jnp.shape(mask)}')
   if jnp.result_type(mask) != jnp.bool_:
     raise ValueError(f'mask: expected dtype bool, got {jnp.result_type(mask)}')
-  if not isinstance(targets, jax.core.Tracer) and jnp.size(targets):
-    low, high = int(jnp.min(targets)), int(jnp.max(targets))
-    if low < 0 or high >= logits.shape[-1]:
-      raise ValueError(f'targets: expected ids in [0, V) = [0, {logits.shape[-1]}), got min '
-                       f'{low} and max {high}')
+  _check_targets(logits, targets)
   nll = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
   return jnp.sum(jnp.where(mask, nll, 0.0)), jnp.sum(mask).astype(jnp.float32)
 
@@ -63,12 +78,19 @@ def perplexity(nll_sum: float, count: float, max_loss: float = 20.0) -> float:
     the perplexity, a Python float in [1, inf].
 
   Raises:
-    ValueError: for count <= 0 or nll_sum < 0.
+    ValueError: for a count that is not a finite number > 0, an nll_sum that is
+      not a number or is < 0 (inf and NaN give inf), or a max_loss that is not
+      a number >= 0; on the host (not under ``jit``).
   """
-  if not count > 0:
-    raise ValueError(f'count: expected a number of tokens > 0, got {count!r}')
-  if float(nll_sum) < 0:
+  def number(value):
+    return (not isinstance(value, (bool, str, jax.core.Tracer)) and np.ndim(value) == 0 and
+            np.asarray(value).dtype.kind in 'iuf')
+  if not number(count) or not 0 < float(count) < math.inf:
+    raise ValueError(f'count: expected a finite number of tokens > 0, got {count!r}')
+  if not number(nll_sum) or float(nll_sum) < 0:  # NaN (a diverged model) gives inf
     raise ValueError(f'nll_sum: expected a summed negative log-likelihood >= 0, got {nll_sum!r}')
+  if not number(max_loss) or not float(max_loss) >= 0:
+    raise ValueError(f'max_loss: expected a number of nats >= 0, got {max_loss!r}')
   mean = float(nll_sum) / float(count)
   return math.exp(mean) if math.isfinite(mean) and mean <= max_loss else math.inf
 
@@ -96,8 +118,20 @@ def evaluate(model, params, inputs, targets) -> float:
 
   Returns:
     nats per token (a Python float; the window means are summed in float64).
+
+  Raises:
+    ValueError: for inputs not of shape [W >= 1, B >= 1, tau >= 1], targets
+      of another shape, or ids outside [0, V) (V = ``model.vocab_size``).
   """
-  losses = jax.device_get(_windows(model)(params, jnp.asarray(inputs), jnp.asarray(targets)))
+  inputs, targets = jnp.asarray(inputs), jnp.asarray(targets)
+  if inputs.ndim != 3 or not inputs.size:
+    raise ValueError(f'inputs: expected token ids of shape [W >= 1, B >= 1, tau >= 1], got '
+                     f'{inputs.shape}')
+  if targets.shape != inputs.shape:
+    raise ValueError(f'targets: expected the shape of inputs {inputs.shape}, got {targets.shape}')
+  batching.check_ids('inputs', inputs, model.vocab_size)
+  batching.check_ids('targets', targets, model.vocab_size)
+  losses = jax.device_get(_windows(model)(params, inputs, targets))
   return math.fsum(float(x) for x in losses) / len(losses)
 
 
@@ -148,10 +182,12 @@ def evaluate_streaming(model, params, ids) -> float:
     nats per token (a Python float).
 
   Raises:
-    ValueError: for ids not of shape [B, N] with B >= 1 and N >= 2.
+    ValueError: for ids not of shape [B, N] with B >= 1 and N >= 2, or ids
+      outside [0, V) (V = ``model.vocab_size``).
   """
   ids = jnp.asarray(ids)
   if ids.ndim != 2 or ids.shape[0] < 1 or ids.shape[1] < 2:
     raise ValueError(f'ids: expected shape [B >= 1, N >= 2], got {ids.shape}')
+  batching.check_ids('ids', ids, model.vocab_size)
   total = float(_streaming(model)(params, ids))
   return total / (ids.shape[0] * (ids.shape[1] - 1))

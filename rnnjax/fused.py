@@ -34,6 +34,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from rnnjax import cells
 from rnnjax import recurrence
@@ -165,6 +166,9 @@ def _checked(params, batch_major, initial_state, lengths, activation, projected=
     step_shape = (batch_major.shape[0], params['W_xh'].shape[0])
   cells.check_step('elman', params, initial_state, step_shape, ('W_xh', 'W_hh'))
   dtype = recurrence.compute_dtype(params)
+  if not jnp.issubdtype(jnp.result_type(initial_state), jnp.inexact):
+    raise ValueError(f'initial_state: expected a floating [B, H] array (cast to the params\' '
+                     f'{dtype}), got {jnp.result_type(initial_state)}')
   return (recurrence.cast_floating(initial_state, dtype),
           recurrence.as_lengths(lengths, batch_major.shape[1]), dtype)
 
@@ -203,9 +207,11 @@ def elman_layer(params, inputs, initial_state, lengths=None, reverse=False, acti
 
   Raises:
     ValueError: as ``recurrence.scan`` (shapes, lengths, params of two
-      dtypes), for an initial state that is not one ``[B, H]`` array, or for
-      an unknown activation.
+      dtypes), for an initial state that is not one floating ``[B, H]``
+      array, or for an unknown activation.
   """
+  if isinstance(unroll, (bool, np.bool_)) or not isinstance(unroll, (int, np.integer)) or unroll < 1:
+    raise ValueError(f'unroll: expected an int >= 1, got {unroll!r}')
   batch_major = inputs if not time_major else jnp.swapaxes(inputs, 0, 1)
   initial_state, lengths, dtype = _checked(params, batch_major, initial_state, lengths,
                                            activation, projected)
@@ -266,7 +272,9 @@ def checkpointed_elman_layer(params, inputs, initial_state, segment_length: int,
   initial_state, _, dtype = _checked(params, inputs, initial_state, None, activation)
   inputs = recurrence.cast_floating(inputs, dtype)
   batch, steps, input_size = inputs.shape
-  if not isinstance(segment_length, int) or segment_length < 1 or steps % segment_length:
+  if (isinstance(segment_length, (bool, np.bool_)) or
+      not isinstance(segment_length, (int, np.integer)) or segment_length < 1 or
+      steps % segment_length):
     raise ValueError(f'segment_length: expected an int s >= 1 dividing T = {steps}, '
                      f'got {segment_length!r}')
   segments = jnp.swapaxes(inputs, 0, 1).reshape(steps // segment_length, segment_length, batch,

@@ -52,11 +52,11 @@ def spectral_radius(matrix) -> jax.Array:
     NaN or an infinity (a diverged run).
 
   Raises:
-    ValueError: if ``matrix`` is not square.
+    ValueError: if ``matrix`` is not square or is empty.
   """
   shape = jnp.shape(matrix)
-  if len(shape) != 2 or shape[0] != shape[1]:
-    raise ValueError(f'matrix: expected a square [H, H] array, got shape {shape}')
+  if len(shape) != 2 or shape[0] != shape[1] or not shape[0]:
+    raise ValueError(f'matrix: expected a square [H, H] array, H >= 1, got shape {shape}')
 
   return jax.pure_callback(host_spectral_radius, jax.ShapeDtypeStruct((), jnp.float32), matrix,
                            vmap_method='sequential')

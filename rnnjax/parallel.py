@@ -253,8 +253,8 @@ def elman_deer(params, inputs, initial_state, lengths=None, activation='tanh', m
   Raises:
     ValueError: as ``recurrence.scan`` (shapes, lengths), for T = 0, a last
       axis of inputs not d or of initial_state not H, an initial_guess not
-      [B, T, H], an unknown activation or method, a tolerance not > 0 or a
-      max_iterations not an int >= 1.
+      [B, T, H], an unknown activation or method, a tolerance not a finite
+      number > 0 or a max_iterations not an int in [1, 2**31).
 
   References:
     Lim et al. (2024); Gonzalez et al. (2024); see the module docstring.
@@ -264,28 +264,26 @@ def elman_deer(params, inputs, initial_state, lengths=None, activation='tanh', m
     raise ValueError(f'method: expected one of {METHODS}, got {method!r}')
   recurrence.check_inputs(inputs, initial_state, lengths)
   batch, steps, _ = inputs.shape
-  input_size, hidden_size = params['W_xh'].shape
+  cells.check_step('elman', params, initial_state, (batch, inputs.shape[-1]), ('W_xh', 'W_hh'))
+  hidden_size = params['W_hh'].shape[0]
   if steps == 0:
     raise ValueError(f'inputs: expected T >= 1 steps, got shape {inputs.shape}')
-  if inputs.shape[-1] != input_size:
-    raise ValueError(f'inputs: expected last axis d = {input_size} (W_xh is '
-                     f'[{input_size}, {hidden_size}]), got shape {inputs.shape}')
-  if initial_state.shape != (batch, hidden_size):
-    raise ValueError(f'initial_state: expected shape [B, H] = ({batch}, {hidden_size}), '
-                     f'got {initial_state.shape}')
   if initial_guess is not None and jnp.shape(initial_guess) != (batch, steps, hidden_size):
     raise ValueError(f'initial_guess: expected shape [B, T, H] = ({batch}, {steps}, '
                      f'{hidden_size}), got {jnp.shape(initial_guess)}')
-  if not isinstance(tolerance, (float, int, np.floating, np.integer)) or not tolerance > 0:
-    raise ValueError(f'tolerance: expected a number > 0, got {tolerance!r}')
+  if (isinstance(tolerance, (bool, np.bool_)) or isinstance(tolerance, jax.core.Tracer) or
+      np.ndim(tolerance) or np.asarray(tolerance).dtype.kind not in 'iuf' or
+      not 0 < float(tolerance) < np.inf):
+    raise ValueError(f'tolerance: expected a finite number > 0, got {tolerance!r}')
   max_iterations = steps if max_iterations is None else max_iterations
-  if not isinstance(max_iterations, (int, np.integer)) or max_iterations < 1:
-    raise ValueError(f'max_iterations: expected an int >= 1 (or None for T = {steps}), '
-                     f'got {max_iterations!r}')
+  if (isinstance(max_iterations, (bool, np.bool_)) or
+      not isinstance(max_iterations, (int, np.integer)) or not 1 <= max_iterations < 2**31):
+    raise ValueError(f'max_iterations: expected an int in [1, 2**31) (or None for T = '
+                     f'{steps}), got {max_iterations!r}')
   if lengths is None:
     alive = jnp.ones((batch, steps, 1), bool)
   else:  # values are checked only outside jit; inside, clip to [0, T]
-    lengths = jnp.clip(lengths, 0, steps)
+    lengths = recurrence.as_lengths(lengths, steps)
     alive = (jnp.arange(steps)[None, :] < lengths[:, None])[..., None]
   drive = inputs @ params['W_xh'] + cells.bias(params)
   guess = jnp.zeros_like(drive) if initial_guess is None else jnp.asarray(initial_guess,

@@ -68,6 +68,8 @@ def check_inputs(inputs, initial_state, lengths):
   Raises:
     ValueError: naming the argument, with the expected and the given shape or value.
   """
+  if not hasattr(inputs, 'ndim'):
+    raise ValueError(f'inputs: expected an array [B, T, d], got {type(inputs).__name__}')
   if inputs.ndim != 3:
     raise ValueError(f'inputs: expected rank 3 [B, T, d], got shape {inputs.shape}')
   batch, steps = inputs.shape[:2]
@@ -243,7 +245,8 @@ def truncated_scan(cell, params, inputs, initial_state, truncation, unroll=1):
   References:
     Williams & Peng (1990); seed note 001, "truncated bptt".
   """
-  if not isinstance(truncation, (int, np.integer)) or truncation < 1:
+  if isinstance(truncation, (bool, np.bool_)) or not isinstance(truncation, (int, np.integer)) \
+      or truncation < 1:
     raise ValueError(f'truncation: expected an int tau >= 1, got {truncation!r}')
   check_inputs(inputs, initial_state, None)
   inputs, initial_state = cast_floating((inputs, initial_state), compute_dtype(params))

@@ -100,20 +100,24 @@ def omega(w_hh, states, state_gradients, activation: str = 'tanh', lengths=None,
       e.g. from ``diagnostics.state_gradients``).
     activation: phi, one of ``cells.ACTIVATIONS``; phi' is taken from the
       states by ``cells.activation_derivative``.
-    lengths: optional ``<int>[B]``; steps t >= lengths[b] are left out.
+    lengths: optional ``<int>[B]`` in [0, T] (an array or a list); steps t >=
+      lengths[b] are left out, and their states and dE/dh_t are zeroed first,
+      so NaN there reaches neither Omega nor its gradient.
     ratio: 'squared_norm' (RNN.py lines 205-207) or 'norm' (eq. 9).
     reduction: 'mean' over the kept (t, b) pairs (RNN.py line 209; 0 if none
       is kept) or 'sum' over t, then the mean over the B sequences (eq. 9).
     bound: pairs with ||g_t||^2 < bound are left out; 1e-20 as RNN.py.
 
   Returns:
-    float scalar Omega >= 0, dimensionless. The gradient of r_t with
-    ratio='norm' is taken as 0 where r_t = 0.
+    float scalar Omega >= 0, dimensionless (NaN when a kept dE/dh_t is NaN;
+    0 for no sequences). The gradient of r_t with ratio='norm' is taken as 0
+    where r_t = 0.
 
   Raises:
     ValueError: for states not of rank 3, state_gradients of another shape,
-      w_hh not [H, H], lengths not [B], or an unknown activation, ratio or
-      reduction, or a negative bound.
+      w_hh not [H, H], lengths not ``<int>[B]`` in [0, T] (values checked when
+      concrete), or an unknown activation, ratio or reduction, or a negative
+      bound.
 
   References:
     Pascanu, Mikolov & Bengio (2013), eq. 9-10; RNN.py lines 188-209 of
@@ -122,21 +126,25 @@ def omega(w_hh, states, state_gradients, activation: str = 'tanh', lengths=None,
   _check_options(activation, ratio, reduction, bound)
   if jnp.ndim(states) != 3:
     raise ValueError(f'states: expected rank 3 [B, T, H], got shape {jnp.shape(states)}')
+  states = jnp.asarray(states)
   batch, steps, hidden = states.shape
   if jnp.shape(state_gradients) != states.shape:
     raise ValueError(f'state_gradients: expected the shape of states {states.shape}, '
                      f'got {jnp.shape(state_gradients)}')
   if jnp.shape(w_hh) != (hidden, hidden):
     raise ValueError(f'w_hh: expected shape [H, H] = ({hidden}, {hidden}), got {jnp.shape(w_hh)}')
-  if lengths is not None and jnp.shape(lengths) != (batch,):
-    raise ValueError(f'lengths: expected shape [B] = ({batch},), got {jnp.shape(lengths)}')
+  recurrence.check_inputs(states, states, lengths)
   errors = jax.lax.stop_gradient(state_gradients)
+  if lengths is not None:  # the "double where": nothing of a padded step is NaN
+    alive = (jnp.arange(steps)[None, :] < recurrence.as_lengths(lengths, steps)[:, None])
+    errors = jnp.where(alive[..., None], errors, 0.0)
+    states = jnp.where(alive[..., None], states, 0.0)
   sent_back = (errors * cells.activation_derivative(states, activation)) @ w_hh.T  # [B, T, H]
   numerator = jnp.sum(sent_back ** 2, axis=-1)  # [B, T]
   denominator = jnp.sum(errors ** 2, axis=-1)
-  kept = denominator >= bound
+  kept = ~(denominator < bound)  # a NaN gradient is kept: Omega says so
   if lengths is not None:
-    kept = kept & (jnp.arange(steps)[None, :] < lengths[:, None])
+    kept = kept & alive
   squared_ratio = numerator / jnp.where(kept, denominator, 1.0)
   if ratio == 'squared_norm':
     value = squared_ratio
@@ -146,7 +154,7 @@ def omega(w_hh, states, state_gradients, activation: str = 'tanh', lengths=None,
   terms = jnp.where(kept, (value - 1.0) ** 2, 0.0)
   if reduction == 'mean':
     return jnp.sum(terms) / jnp.maximum(jnp.sum(kept), 1)
-  return jnp.sum(terms) / batch
+  return jnp.sum(terms) / max(batch, 1)
 
 
 def omega_value_and_grad(params, inputs, initial_state, state_gradients,
@@ -246,7 +254,12 @@ def omega_penalty(params, inputs, initial_state, loss_fn, activation: str = 'tan
   cell = cells.elman(activation)
   held = jax.lax.stop_gradient(params)
   inputs, initial_state = jax.lax.stop_gradient((inputs, initial_state))
-  _, errors = diagnostics.state_gradients(cell, held, inputs, initial_state, loss_fn)
+  if states is not None and jnp.shape(states) != jnp.shape(inputs)[:2] + jnp.shape(
+      initial_state)[-1:]:
+    raise ValueError(f'states: expected shape [B, T, H] = '
+                     f'{jnp.shape(inputs)[:2] + jnp.shape(initial_state)[-1:]}, got '
+                     f'{jnp.shape(states)}')
+  _, errors = diagnostics.state_gradients(cell, held, inputs, initial_state, loss_fn, lengths)
   if states is None:
     states, _ = recurrence.scan(cell, held, inputs, initial_state, lengths)
   return omega(params['W_hh'], jax.lax.stop_gradient(states), errors, activation, lengths,

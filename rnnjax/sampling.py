@@ -76,9 +76,11 @@ def sample(model, params, prompt, length: int, key, temperature: float = 1.0,
   batching.check_ids('prompt', prompt, model.vocab_size)
   if isinstance(length, bool) or not isinstance(length, numbers.Integral) or length < 0:
     raise ValueError(f'length: expected an int >= 0, got {length!r}')
-  if not isinstance(temperature, numbers.Real) or not 0 <= temperature < math.inf:
+  if (isinstance(temperature, (bool, jax.core.Tracer)) or np.ndim(temperature) or
+      np.asarray(temperature).dtype.kind not in 'iuf' or not 0 <= float(temperature) < math.inf):
     raise ValueError(f'temperature: expected a finite value >= 0 (0: greedy), got '
                      f'{temperature!r}')
+  temperature = float(temperature)
   prompt = jnp.asarray(prompt, jnp.int32)
   if prompt.ndim != 1 or prompt.shape[0] < 1:
     raise ValueError(f'prompt: expected a non-empty 1-D array of ids, got shape {prompt.shape}')

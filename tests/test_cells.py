@@ -76,3 +76,38 @@ def test_gru_update_gate_one_keeps_the_old_state(key):
   params = dict(params, b=saturated.at[hidden:2 * hidden].set(-1e4))  # z = 0: h_t = n
   new, _ = cells.gru_cell(params, h, jnp.zeros((1, 3)))
   assert not np.allclose(new, h, atol=1e-2)
+
+
+def test_params_of_another_cell_or_of_shapes_that_do_not_fit_are_named(key):
+  """helper-12: each of these failed deep inside with a TypeError, KeyError or a
+  broadcasting error."""
+  params = cells.init_elman(key, 3, 4)
+  h, x = jnp.zeros((2, 4)), jnp.zeros((2, 3))
+  elman_shapes = r'params: expected W_xh \[d, H\], W_hh \[H, H\] and biases \[H\] of one H'
+  for bad in (dict(params, W_hh=jnp.zeros((4, 5))), dict(params, W_xh=jnp.zeros((3, 5))),
+              dict(params, b=jnp.zeros(5)), dict(params, b_hh=jnp.zeros(3))):
+    with pytest.raises(ValueError, match=elman_shapes):
+      cells.elman_cell(bad, h, x)
+  with pytest.raises(ValueError, match=r"params: expected the elman cell's \['W_xh', 'W_hh', 'b'\]"):
+    cells.elman_cell({'W_xh': params['W_xh'], 'W_hh': params['W_hh']}, h, x)
+  with pytest.raises(ValueError, match=r"params: expected the gru cell's \['W_x', 'W_h', 'b'\]"):
+    cells.gru_cell(params, h, x)
+  with pytest.raises(ValueError, match=r'params: expected W_x \[d, 4 H\], W_h \[H, 4 H\]'):
+    cells.lstm_cell(cells.init_gru(key, 3, 4), (h, h), x)
+  with pytest.raises(ValueError, match=r"activation: expected one of \['linear', 'relu', 'tanh'\], "
+                                       r"got 'sigmoid'"):
+    cells.elman_cell(params, h, x, 'sigmoid')
+  with pytest.raises(ValueError, match='inputs: expected an array \\[B, T, d\\], got list'):
+    recurrence.scan(cells.elman('tanh'), params, [[[0.0] * 3]] * 2, h)
+
+
+def test_init_elman_checks_every_number(key):
+  assert cells.init_elman(key, np.int64(3), np.int64(4))['W_hh'].shape == (4, 4)  # numpy ints
+  for kwargs, message in (({'hidden_size': True}, 'hidden_size: expected a positive int, got True'),
+                          ({'radius': -1.0, 'recurrent_init': 'uniform'},
+                           'radius: expected a finite value >= 0, got -1.0'),
+                          ({'input_scale': float('nan')}, 'input_scale: expected a finite value '
+                                                           r'>= 0 \(or None\), got nan')):
+    arguments = dict({'input_size': 3, 'hidden_size': 4}, **kwargs)
+    with pytest.raises(ValueError, match=message):
+      cells.init_elman(key, **arguments)

@@ -139,3 +139,62 @@ def test_profile_distances_must_fit():
   with pytest.raises(ValueError, match=r'distances: expected values in \[1, T - 1\] = \[1, 4\], got \(5,\)'):
     diagnostics.gradient_norm_profile(grads, (5,))
   assert diagnostics.gradient_norm_profile(grads, ()).shape == (0,)  # tau = 1: nothing to profile
+
+
+def test_nan_in_padding_reaches_no_profile_of_the_real_steps(key):
+  """The probe's padding is zeroed before the recurrence: NaN inputs past a sequence's
+  length leave its profile as it is with finite padding (helper-12 saw [nan nan])."""
+  params = cells.init_elman(key, D, H, 'gaussian', radius=0.9)
+  inputs = jax.random.normal(jax.random.fold_in(key, 1), (B, T, D))
+  lengths = jnp.array([T, 5])
+  last = lambda states: jnp.sum(jnp.take_along_axis(states, (lengths - 1)[:, None, None], 1) ** 2)
+  probe = lambda x: diagnostics.Probe(cells.elman('tanh'), params, x, jnp.zeros((B, H)), last,
+                                      lengths)
+  clean = diagnostics.profile(probe(inputs), (1, 2, 4))
+  padded_with_nan = diagnostics.profile(probe(inputs.at[1, 5:].set(jnp.nan)), (1, 2, 4))
+  assert np.all(np.isfinite(clean))
+  np.testing.assert_array_equal(padded_with_nan, clean)
+
+
+def test_profile_and_table_arguments_are_checked(key):
+  grads = jax.random.normal(key, (2, 6, 4))
+  with pytest.raises(ValueError, match=r'lengths: expected values in \[0, T\] = \[0, 6\], got '
+                                       r'min 3 and max 9'):
+    diagnostics.gradient_norm_profile(grads, (1, 2), lengths=[9, 3])
+  with pytest.raises(ValueError, match=r'lengths: expected values in \[1, T\] = \[1, 6\], got '
+                                       r'min 0'):
+    diagnostics.gradient_norm_profile(grads, (1, 2), lengths=[0, 3])
+  with pytest.raises(ValueError, match='lengths: expected integers, got dtype float'):
+    diagnostics.gradient_norm_profile(grads, (1, 2), lengths=[6.0, 3.0])
+  with pytest.raises(ValueError, match='distances: expected a sequence of ints, got 2'):
+    diagnostics.gradient_norm_profile(grads, 2)
+  with pytest.raises(ValueError, match=r'distances: expected a sequence of ints, got \(1.5,\)'):
+    diagnostics.gradient_norm_profile(grads, (1.5,))
+  np.testing.assert_array_equal(diagnostics.gradient_norm_profile(grads, jnp.array([1, 2])),
+                                diagnostics.gradient_norm_profile(grads, (1, 2)))
+  with pytest.raises(ValueError, match='distances: expected at least one distance, got none'):
+    diagnostics.jacobian_product_norms(grads, jnp.eye(4), ())
+  with pytest.raises(ValueError, match=r'w_hh: expected shape \[H, H\] = \(4, 4\), got \(4, 5\)'):
+    diagnostics.jacobian_product_norms(grads, jnp.zeros((4, 5)), (1,))
+  with pytest.raises(ValueError, match=r'initial_state: expected one \[B, H\] array'):
+    diagnostics.state_gradients(cells.elman('tanh'), cells.init_elman(key, 3, 4), jnp.zeros(
+        (2, 6, 3)), jnp.zeros((4,)), jnp.sum)
+  markdown, csv = diagnostics.norm_table('rho', {0.5: {1: np.float32(0.1), 2: jnp.float32(3.0),
+                                                       5: np.int64(7)}}, (1, 2, 5))
+  assert markdown.splitlines()[2] == '| 0.5 | 1.00e-01 | 3.00e+00 | 7 |'
+  assert csv.splitlines()[1] == '0.5,0.1,3.0,7'
+
+
+def test_small_arguments_of_the_diagnostics_are_checked():
+  with pytest.raises(ValueError, match='truncation: expected an int tau >= 1, got 0'):
+    diagnostics.profile_distances(0)
+  with pytest.raises(ValueError, match=r'distances: expected ints >= 1, got \(0, 2\)'):
+    diagnostics.growth_rate(jnp.ones(2), (0, 2))
+  with pytest.raises(ValueError, match=r'ratios: expected a last axis of len\(distances\) = 3'):
+    diagnostics.growth_rate(jnp.ones(2), (1, 2, 3))
+  with pytest.raises(ValueError, match=r'matrix: expected a square \[H, H\] array, H >= 1, got '
+                                       r'shape \(3,\)'):
+    diagnostics.largest_singular_value(jnp.ones(3))
+  with pytest.raises(ValueError, match=r'matrix: expected a square \[H, H\] array, H >= 1, got '
+                                       r'shape \(0, 0\)'):
+    initializers.spectral_radius(jnp.zeros((0, 0)))

@@ -82,6 +82,11 @@ def test_bad_input_is_named(problem):
     fused.elman_layer(params, inputs, initial, lengths=np.array([1, 2, 3, 12], np.int32))
   with pytest.raises(ValueError, match="activation: expected one of"):
     fused.elman_layer(params, inputs, initial, activation='gelu')
+  with pytest.raises(ValueError, match=r"initial_state: expected a floating \[B, H\] array "
+                                       r"\(cast to the params' float32\), got int32"):
+    fused.elman_layer(params, inputs, initial.astype(jnp.int32))  # the loop's TypeError before
+  with pytest.raises(ValueError, match='unroll: expected an int >= 1, got 2.5'):
+    fused.elman_layer(params, inputs, initial, unroll=2.5)
 
 
 def test_checkpointed_layer_equals_fused_and_saves_memory(key):

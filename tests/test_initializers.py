@@ -67,5 +67,5 @@ def test_unknown_init_and_bad_sizes(key):
     cells.init_elman(key, 3, 8, 'zeros')
   with pytest.raises(ValueError, match='hidden_size: expected a positive int, got 0'):
     cells.init_elman(key, 3, 0)
-  with pytest.raises(ValueError, match=r'matrix: expected a square \[H, H\] array, got shape \(2, 3\)'):
+  with pytest.raises(ValueError, match=r'matrix: expected a square \[H, H\] array, H >= 1, got shape \(2, 3\)'):
     initializers.spectral_radius(np.ones((2, 3)))

@@ -1,12 +1,10 @@
 """The language model: evaluation over windows and streams, sampling, the char_lm config."""
 
-import json
 import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 
 from rnnjax import models
@@ -38,6 +36,35 @@ def test_evaluate_equals_mean_window_loss(setup):
   assert np.mean(losses) == pytest.approx(math.log(V), rel=0.1)
 
 
+def test_scoring_refuses_ids_and_targets_that_do_not_fit(setup):
+  """Out-of-range ids gave a plausible score (1.946 for ids + V), mismatched targets too
+  (helper-12); every entry point now names what does not fit."""
+  model, params, inputs, targets = setup
+  with pytest.raises(ValueError, match=r'inputs: expected ids in \[0, V\) = \[0, 11\), got min 11'):
+    evaluation.evaluate(model, params, inputs + V, targets)
+  with pytest.raises(ValueError, match=r'targets: expected ids in \[0, V\) = \[0, 11\), got min -1'):
+    evaluation.evaluate(model, params, inputs, targets - 1)
+  with pytest.raises(ValueError, match=r'targets: expected the shape of inputs \(\d+, 4, 8\), got '
+                                       r'\(\d+, 4, 1\)'):
+    evaluation.evaluate(model, params, inputs, targets[:, :, :1])
+  with pytest.raises(ValueError, match=r'inputs: expected token ids of shape \[W >= 1, B >= 1, '
+                                       r'tau >= 1\], got \(0, 4, 8\)'):
+    evaluation.evaluate(model, params, inputs[:0], targets[:0])
+  with pytest.raises(ValueError, match=r'ids: expected ids in \[0, V\) = \[0, 11\), got min -1'):
+    evaluation.evaluate_streaming(model, params, np.full((2, 9), -1, np.int32))
+  logits = jnp.zeros((2, 3, 5))
+  with pytest.raises(ValueError, match=r'targets: expected ids in \[0, V\) = \[0, 5\), got min 0 '
+                                       r'and max 99'):
+    evaluation.cross_entropy(logits, jnp.array([[0, 1, 99], [0, 0, 0]]))
+  with pytest.raises(ValueError, match=r'targets: expected shape \(2, 3\) = the leading axes of '
+                                       r'logits \(2, 3, 5\), got \(2, 2\)'):
+    evaluation.cross_entropy(logits, jnp.zeros((2, 2), jnp.int32))
+  with pytest.raises(ValueError, match=r'targets: expected at least one target, got shape \(0, 3\)'):
+    evaluation.cross_entropy(jnp.zeros((0, 3, 5)), jnp.zeros((0, 3), jnp.int32))
+  assert float(evaluation.cross_entropy(logits, jnp.zeros((2, 3), jnp.int32))) == pytest.approx(
+      math.log(5), rel=1e-6)
+
+
 def test_greedy_sampling_is_argmax_of_the_model(setup):
   model, params, _, _ = setup
   prompt = jnp.array([3, 1, 4], jnp.int32)
@@ -56,6 +83,9 @@ def test_temperature_sampling_stays_in_vocabulary(setup):
   assert int(generated.min()) >= 0 and int(generated.max()) < V
   assert len(set(np.asarray(generated).tolist())) > 3  # a high temperature is not greedy
   assert sampling.sample(model, params, jnp.array([0]), 0, jax.random.key(1)).shape == (0,)
+  np.testing.assert_array_equal(  # a 0-d JAX temperature is a number (refused before)
+      sampling.sample(model, params, jnp.array([0]), 50, jax.random.key(1), jnp.float32(2.0)),
+      sampling.sample(model, params, jnp.array([0]), 50, jax.random.key(1), 2.0))
 
 
 @pytest.mark.parametrize('kwargs, message', [
@@ -106,6 +136,7 @@ def test_streaming_sums_millions_of_tokens_exactly(streams, steps):
     ('embedding_size', -1, 'config.embedding_size: expected an int >= 0, got -1'),
     ('sample_temperature', -1.0, r'config.sample_temperature: expected a value >= 0 \(0: greedy\), got -1.0'),
     ('sample_prompt', '', 'config.sample_prompt: expected at least one character'),
+    ('corpus', 'foo', r"config.corpus: expected one of \[.*'tinyshakespeare'.*\], got 'foo'"),
 ])
 def test_char_lm_config_is_checked_before_training(field, value, message):
   from experiments import char_lm

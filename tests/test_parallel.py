@@ -195,17 +195,37 @@ def test_bad_input_is_named():
       (lambda: call(inputs[..., :2], initial), r'inputs: expected last axis d = 3'),
       (lambda: call(inputs[:, :0], initial), r'inputs: expected T >= 1'),
       (lambda: call(inputs, initial[:2]), r'initial_state: expected leading batch size 4'),
-      (lambda: call(inputs, initial[:, :5]), r'initial_state: expected shape \[B, H\] = \(4, 8\)'),
+      (lambda: call(inputs, initial[:, :5]), r'initial_state: expected last axis H = 8, got shape \(4, 5\)'),
       (lambda: call(inputs, initial, jnp.zeros(3, jnp.int32)), r'lengths: expected shape'),
       (lambda: call(inputs, initial, jnp.full(B, T + 1)), r'lengths: expected values in \[0, T\]'),
       (lambda: call(inputs, initial, activation='sigmoid'), r'activation: expected one of'),
       (lambda: call(inputs, initial, method='newton'), r"method: expected one of \('deer', "),
       (lambda: call(inputs, initial, initial_guess=inputs), r'initial_guess: expected shape'),
-      (lambda: call(inputs, initial, tolerance=0.0), r'tolerance: expected a number > 0, got 0'),
-      (lambda: call(inputs, initial, tolerance=-1e-6), r'tolerance: expected a number > 0'),
-      (lambda: call(inputs, initial, max_iterations=0), r'max_iterations: expected an int >= 1'),
+      (lambda: call(inputs, initial, tolerance=0.0),
+       r'tolerance: expected a finite number > 0, got 0'),
+      (lambda: call(inputs, initial, tolerance=-1e-6), r'tolerance: expected a finite number > 0'),
+      # tolerance inf 'converged' in 0 iterations on the untouched zero guess (helper-12)
+      (lambda: call(inputs, initial, tolerance=float('inf')), r'tolerance: .* got inf'),
+      (lambda: call(inputs, initial, tolerance=True), r'tolerance: .* got True'),
+      (lambda: call(inputs, initial, max_iterations=0), r'max_iterations: expected an int in \[1, '),
       (lambda: call(inputs, initial, max_iterations=2.5), r'max_iterations: .* got 2.5'),
+      (lambda: call(inputs, initial, max_iterations=True), r'max_iterations: .* got True'),
+      (lambda: call(inputs, initial, max_iterations=2**40), r'max_iterations: .* got 1099511627776'),
+      (lambda: call(inputs, (initial,)), r'initial_state: expected one \[B, H\] array'),
+      (lambda: parallel.elman_deer(dict(params, W_hh=params['W_hh'][:, :5]), inputs, initial),
+       r'params: expected W_xh \[d, H\], W_hh \[H, H\]'),
   ]
   for bad_call, message in cases:
     with pytest.raises(ValueError, match=message):
       bad_call()
+
+
+def test_lengths_as_a_list_and_a_numpy_tolerance_are_taken():
+  """The rule of every path: lengths may be a list; a 0-d numpy or JAX tolerance is a
+  number (both raised before)."""
+  params, inputs, initial = _problem(9, 0.9)
+  lengths = [T, 3, 0, 5]
+  as_list = parallel.elman_deer(params, inputs, initial, lengths, tolerance=jnp.float32(1e-5))
+  as_array = parallel.elman_deer(params, inputs, initial, jnp.array(lengths), tolerance=1e-5)
+  np.testing.assert_array_equal(as_list[0], as_array[0])
+  np.testing.assert_array_equal(as_list[1], as_array[1])

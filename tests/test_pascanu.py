@@ -377,3 +377,37 @@ def test_trainer_applies_the_fallback_update_of_a_non_finite_gradient():
   assert records[0]['skipped_steps'] == 3
   _, records, _ = trainer.train(fallback_task(), [trainer_config(clipping='global_norm')])
   assert records[0]['status'] == 'diverged' and records[0]['diverged_step'] == 1
+
+
+def test_omega_ignores_nan_in_padding_and_shows_nan_where_it_counts():
+  """Padding is zeroed before Omega and its dE/dh_t (the "double where"): NaN past a
+  length changes neither Omega nor its gradient; a NaN dE/dh_t of a real step makes
+  Omega NaN instead of dropping the pair (helper-12: 0.857 against 0.866)."""
+  key = jax.random.key(3)
+  params = cells.init_elman(key, 3, 4, 'gaussian', radius=0.8)
+  inputs = jax.random.normal(jax.random.fold_in(key, 1), (2, 6, 3))
+  initial = jnp.zeros((2, 4))
+  lengths = jnp.array([6, 3])
+  last = lambda states: jnp.sum(jnp.take_along_axis(states, (lengths - 1)[:, None, None], 1) ** 2)
+  penalty = lambda p, x: regularizers.omega_penalty(p, x, initial, last, lengths=lengths)
+  nan_padded = inputs.at[1, 3:].set(jnp.nan)
+  assert float(penalty(params, nan_padded)) == float(penalty(params, inputs))
+  gradient = jax.grad(penalty)(params, nan_padded)['W_hh']
+  np.testing.assert_array_equal(gradient, jax.grad(penalty)(params, inputs)['W_hh'])
+  assert np.all(np.isfinite(gradient))
+  states, _ = recurrence.scan(cells.elman('tanh'), params, inputs, initial)
+  _, errors = diagnostics.state_gradients(cells.elman('tanh'), params, inputs, initial,
+                                          lambda s: jnp.sum(s ** 2))
+  assert np.isnan(float(regularizers.omega(params['W_hh'], states, errors.at[0, 2].set(jnp.nan))))
+  assert float(regularizers.omega(params['W_hh'], states[:0], errors[:0], reduction='sum')) == 0.0
+  as_list = regularizers.omega(params['W_hh'], states, errors, lengths=[6, 2])
+  assert float(as_list) == float(regularizers.omega(params['W_hh'], states, errors,
+                                                    lengths=jnp.array([6, 2])))
+  for bad, message in (([99, 2], r'lengths: expected values in \[0, T\] = \[0, 6\]'),
+                       ([-1, 2], r'lengths: expected values in \[0, T\]'),
+                       ([6.0, 2.0], 'lengths: expected integers')):
+    with pytest.raises(ValueError, match=message):
+      regularizers.omega(params['W_hh'], states, errors, lengths=bad)
+  with pytest.raises(ValueError, match=r'states: expected shape \[B, T, H\] = \(2, 6, 4\), got '
+                                       r'\(2, 3, 4\)'):
+    regularizers.omega_penalty(params, inputs, initial, last, states=states[:, :3])

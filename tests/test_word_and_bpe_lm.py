@@ -105,8 +105,11 @@ def test_perplexity_of_a_uniform_model_is_the_vocabulary_size_and_padding_change
 def test_masked_nll_checks_its_arguments():
   logits = jnp.zeros((2, 3, 10))
   targets = jnp.ones((2, 3), jnp.int32)
-  with pytest.raises(ValueError, match=r'expected shape \[B, T\] = \(2, 3\).* got \(2, 3\) and \(3,\)'):
+  with pytest.raises(ValueError, match=r'mask: expected shape \[B, T\] = \(2, 3\).* got \(3,\)'):
     evaluation.masked_nll(logits, targets, jnp.ones(3, bool))
+  with pytest.raises(ValueError, match=r'targets: expected shape \(2, 3\) = the leading axes of '
+                                       r'logits \(2, 3, 10\), got \(3,\)'):
+    evaluation.masked_nll(logits, targets[0], jnp.ones((2, 3), bool))
   with pytest.raises(ValueError, match='mask: expected dtype bool, got float32'):
     evaluation.masked_nll(logits, targets, jnp.full((2, 3), 0.5))
   with pytest.raises(ValueError, match=r'targets: expected ids in \[0, V\) = \[0, 10\), got min -1'):
@@ -119,10 +122,17 @@ def test_perplexity_is_inf_above_the_cap_not_an_overflow():
   assert evaluation.perplexity(1e6, 1) == math.inf
   assert evaluation.perplexity(math.nan, 3) == math.inf
   assert evaluation.perplexity(0.0, 3) == 1.0
-  with pytest.raises(ValueError, match='count: expected a number of tokens > 0, got 0'):
+  assert evaluation.perplexity(np.float32(3.0), np.int64(3)) == pytest.approx(math.e, rel=1e-6)
+  with pytest.raises(ValueError, match='count: expected a finite number of tokens > 0, got 0'):
     evaluation.perplexity(1.0, 0)
+  with pytest.raises(ValueError, match='count: expected a finite number of tokens > 0, got inf'):
+    evaluation.perplexity(1.0, math.inf)  # gave 1.0 (helper-12)
   with pytest.raises(ValueError, match='nll_sum: expected a summed negative log-likelihood >= 0'):
     evaluation.perplexity(-5.0, 3)
+  with pytest.raises(ValueError, match="nll_sum: expected .* got '3'"):
+    evaluation.perplexity('3', 3)
+  with pytest.raises(ValueError, match='max_loss: expected a number of nats >= 0, got nan'):
+    evaluation.perplexity(1.0, 3, max_loss=math.nan)
 
 
 def test_pad_sequences_rounds_up_and_cuts():
