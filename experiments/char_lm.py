@@ -43,6 +43,9 @@ def check_config(config) -> None:
   if config.activation not in cells.ACTIVATIONS:
     raise ValueError(f'config.activation: expected one of {sorted(cells.ACTIVATIONS)}, got '
                      f'{config.activation!r}')
+  if config.corpus not in corpora.CORPORA:
+    raise ValueError(f'config.corpus: expected one of {sorted(corpora.CORPORA)}, got '
+                     f'{config.corpus!r}')
   if config.recurrent_init not in cells.RECURRENT_INITS:
     raise ValueError(f'config.recurrent_init: expected one of {cells.RECURRENT_INITS}, got '
                      f'{config.recurrent_init!r}')

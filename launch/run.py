@@ -284,16 +284,17 @@ def unknown_field(config_path: str, argv) -> None:
 def parse_flags(argv):
   """absl's flag parsing, with --help on stdout (exit 0, the config's fields listed)
   and a flag error as one line on stderr (exit 1)."""
+  given = [arg.split('=', 1)[1] for arg in argv[1:] if arg.startswith('--config=')]
+  config_path = given[-1] if given else DEFAULT_CONFIG  # the last, as absl takes it
   if any(arg in ('--help', '-h', '--helpshort', '-?') for arg in argv[1:]):
-    config = next((arg.split('=', 1)[1] for arg in argv if arg.startswith('--config=')),
-                  DEFAULT_CONFIG)
     print(__doc__)
     print(FLAGS.main_module_help())
     print()
-    print(config_fields_help(config))
+    print(config_fields_help(config_path))
     sys.exit(0)
-  config_path = next((arg.split('=', 1)[1] for arg in argv if arg.startswith('--config=')),
-                     DEFAULT_CONFIG)
+  if not pathlib.Path(config_path).is_file():
+    print(f'error: --config: no config file at {config_path!r}', file=sys.stderr)
+    sys.exit(1)
   unknown_field(config_path, argv)
   try:
     return FLAGS(argv)
@@ -350,7 +351,8 @@ def run_group_of(experiment, configs, folders, overwrite: bool) -> int:
 
   Returns:
     0, or 1 after one 'error:' line on stderr for a bad config, a folder of
-    another run or in use, or missing data.
+    another run or in use, missing data, a file system error (a file where a
+    folder should be, say) or XLA running out of memory.
   Exits:
     with 1 at once (``os._exit``) on a full disk, with 128 + the signal number
     when stopped by a signal (checkpointed).
@@ -363,10 +365,14 @@ def run_group_of(experiment, configs, folders, overwrite: bool) -> int:
     summaries = harness.run_group(experiment, configs, folders, overwrite, stop_requested,
                                   provenance())
   except (ConfigError, ValueError, run_folder.ConfigMismatch, run_folder.FolderInUse,
-          corpora.CorpusError, OSError) as error:
+          corpora.CorpusError, OSError, jax.errors.JaxRuntimeError) as error:
     full = _full_disk(error)
-    if isinstance(error, OSError) and not full:
-      raise
+    if isinstance(error, jax.errors.JaxRuntimeError):
+      if 'RESOURCE_EXHAUSTED' not in str(error) and 'Out of memory' not in str(error):
+        raise
+      print(f'error: out of memory: {str(error).splitlines()[0]}; expected a smaller model, '
+            'batch or group (--max_group_size)', file=sys.stderr, flush=True)
+      return 1
     print(f'error: {error}' + ('; free some space and run the same command again to resume '
                                'from the last checkpoint' if full else ''),
           file=sys.stderr, flush=True)

@@ -27,8 +27,20 @@ def test_failed_download_says_where_to_put_it(tmp_path, monkeypatch):
   monkeypatch.setattr(urllib.request, 'urlretrieve', offline)
   with pytest.raises(corpora.CorpusError,
                      match=r'missing and the download failed \(network unreachable\); put the file at'):
+    corpora.corpus_path('tinyshakespeare', tmp_path / 'typo' / 'data')
+  assert list(tmp_path.iterdir()) == []  # the folders made for the download are removed again
+
+
+def test_a_file_or_folder_in_the_wrong_place_is_named(tmp_path):
+  (tmp_path / 'tinyshakespeare' / 'input.txt').mkdir(parents=True)
+  with pytest.raises(corpora.CorpusError, match=r'tinyshakespeare: .*/tinyshakespeare/input.txt '
+                                                r'is not a file; put the file at'):
     corpora.corpus_path('tinyshakespeare', tmp_path)
-  assert list((tmp_path / 'tinyshakespeare').iterdir()) == []
+  (tmp_path / 'afile').write_text('')
+  for download in (True, False):
+    with pytest.raises(corpora.CorpusError, match=r'tinyshakespeare: .*/afile is a file, where a '
+                                                  r'folder holding tinyshakespeare/input.txt'):
+      corpora.corpus_path('tinyshakespeare', tmp_path / 'afile', download=download)
 
 
 def test_download_is_checked(tmp_path, monkeypatch):

@@ -104,13 +104,26 @@ def test_configuration_errors_are_one_line_without_a_traceback(tmp_path):
       (['--worker'], 'expected exactly one of --workdir (one run), --group (a group file) '
                      'and --worker'),
       (['--config.data_dir=/nonexistent'], 'tinyshakespeare: /nonexistent/tinyshakespeare/'
-                                           'input.txt is missing')):
+                                           'input.txt is missing'),
+      # helper-12: each of these was a traceback; the first wrote the run folder, then failed
+      (['--config.hidden_size=1000000'], "the training state of 1 run(s) alone takes 1.12e+04 GiB, "
+                                         "more than the"),
+      (['--config.experiment=classify'], "config: the experiment 'experiments.classify' reads a "
+                                         "field this config lacks"),
+      (['--config.corpus=foo'], "config.corpus: expected one of"),
+      (['--config=experiments/configs/nope.py'], "--config: no config file at "
+                                                 "'experiments/configs/nope.py'")):
     code, stdout, stderr = run(['--config=experiments/configs/char_lm.py', *arguments],
                                tmp_path / 'run')
     assert code == 1
     assert stderr.startswith('error: ') and message in stderr, stderr
     assert 'Traceback' not in stderr and stderr.strip().count('\n') == 0, stderr
-  assert not (tmp_path / 'run' / 'config.json').exists()
+  assert not (tmp_path / 'run').exists()
+  (tmp_path / 'a_file').write_text('')
+  code, _, stderr = run(['--config=experiments/configs/char_lm.py'], tmp_path / 'a_file' / 'run')
+  assert code == 1 and stderr == (f'error: workdir: {tmp_path / "a_file"} is a file, expected a '
+                                  f'folder (the run folder {tmp_path / "a_file" / "run"} or one '
+                                  'that holds it)\n'), stderr
 
 
 def test_help_lists_the_config_fields_and_exits_0():

@@ -205,6 +205,9 @@ def test_short_training_run_learns_reversal(tmp_path):
     ('max_decode_length', 8, r'config.max_decode_length: expected at least max_digits \+ 1 = 9'),
     ('batch_size', 200_000, 'config.batch_size: expected at most train_size = 100000'),
     ('sample_temperature', -1.0, r'config.sample_temperature: expected a value >= 0'),
+    # helper-12: the data draw of 40 GB hung the process (SIGTERM ignored) before training
+    ('max_digits', 100_000, r'config.max_digits, config.train_size: 100000 \+ 2000 sequences of '
+                            r'up to 100000 digits take 76 GiB, more than a third of the'),
     ('optimizer', 'rmsprop', "optimizer: expected one of .* got 'rmsprop'"),
 ])
 def test_config_is_checked_before_training(field, value, message):

@@ -87,15 +87,24 @@ def corpus_path(name: str, folder: str | os.PathLike | None = None, download: bo
   path = (data_dir(folder) / relative).absolute()
   where = (f'put the file at {path} (or set {DATA_DIR_VARIABLE} to the folder holding '
            f'{relative}); its source is {url}')
+  existing = next(p for p in (path, *path.parents) if p.exists())
+  if existing == path and not path.is_file():
+    raise CorpusError(f'{name}: {path} is not a file; {where}')
+  if existing != path and not existing.is_dir():
+    raise CorpusError(f'{name}: {existing} is a file, where a folder holding {relative} should '
+                      f'be; {where}')
   if not path.exists():
     if not download:
       raise CorpusError(f'{name}: {path} is missing; {where}')
+    made = [p for p in path.parents if not p.exists()]  # removed again if the download fails
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + '.part')
     try:
       urllib.request.urlretrieve(url, partial)
     except OSError as error:
       partial.unlink(missing_ok=True)
+      for folder in made:  # deepest first
+        folder.rmdir()
       raise CorpusError(f'{name}: {path} is missing and the download failed ({error}); '
                         f'{where}') from None  # the message says it all
     os.replace(partial, path)

@@ -18,6 +18,7 @@ value (the same seeds, the same batch) and keeps only its own shards.
 """
 
 import math
+import os
 from typing import NamedTuple
 
 from absl import logging
@@ -26,6 +27,15 @@ from jax.experimental import multihost_utils
 import numpy as np
 
 LAYOUTS = ('auto', 'data', 'runs')
+
+
+def memory_bytes() -> int:
+  """The memory of this process's first device in bytes: the limit XLA reports for it
+  (GPUs, TPUs), else the host's physical memory (CPU)."""
+  stats = jax.local_devices()[0].memory_stats() or {}
+  if stats.get('bytes_limit'):
+    return int(stats['bytes_limit'])
+  return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
 
 
 class Placement(NamedTuple):

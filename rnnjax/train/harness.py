@@ -40,13 +40,40 @@ def check(experiment, configs) -> None:
   """
   for config in configs:
     trainer.check_config(config)
-    experiment.check_config(config)
+    try:
+      experiment.check_config(config)
+    except (KeyError, AttributeError) as error:  # a config made for another experiment
+      raise ValueError(f'config: the experiment {experiment.__name__!r} reads a field this config '
+                       f'lacks ({error}); is config.experiment the one this config is for?'
+                       ) from error
   keys = {trainer.group_key(c, experiment.VMAPPABLE) for c in configs}
   if len(keys) > 1:
     fields = sorted({k for key in keys for k, _ in key} - set(experiment.VMAPPABLE))
     raise ValueError(f'configs: runs of one group may differ only in '
                      f'{sorted(set(trainer.VMAPPABLE) | set(experiment.VMAPPABLE))} '
                      f'(clipping none / global_norm); these do not share {fields}')
+
+
+def check_memory(task, config, runs: int) -> None:
+  """Checks that a group's training state (params, optimizer state, carry) fits in
+  the device's memory, from its shapes alone (``jax.eval_shape``: nothing is
+  allocated), before any folder is touched.
+
+  Raises:
+    ValueError: naming the largest array and its shape, with the bytes needed
+      and the bytes there are (``devices.memory_bytes``).
+  """
+  shapes = jax.eval_shape(lambda: trainer.initial_state(task, [config]))
+  leaves = jax.tree_util.tree_leaves_with_path(shapes)
+  needed = runs * sum(leaf.size * leaf.dtype.itemsize for _, leaf in leaves)
+  available = devices.memory_bytes()
+  if needed > available:
+    path, largest = max(leaves, key=lambda item: item[1].size)
+    raise ValueError(
+        f'config: the training state of {runs} run(s) alone takes {needed / 2**30:.3g} GiB, more '
+        f'than the {available / 2**30:.3g} GiB of memory here (its largest array, '
+        f'{jax.tree_util.keystr(path)}, has shape {largest.shape[1:]} a run); expected a smaller '
+        'model')
 
 
 def run_group(experiment, configs, folders, overwrite: bool = False, stop_requested=None,
@@ -67,7 +94,8 @@ def run_group(experiment, configs, folders, overwrite: bool = False, stop_reques
     had ended already, its summary.json as it is.
 
   Raises:
-    ValueError: a bad config, before any folder is touched.
+    ValueError: a bad config, or a training state larger than the device's
+      memory (``check_memory``), before any folder is touched.
     run_folder.ConfigMismatch: a folder holds a run of another config
       (nothing is written).
     run_folder.FolderInUse: another process trains one of the runs.
@@ -85,6 +113,7 @@ def run_group(experiment, configs, folders, overwrite: bool = False, stop_reques
   started = time.perf_counter()
   task = experiment.task(configs[todo[0]])
   task_seconds = time.perf_counter() - started
+  check_memory(task, configs[todo[0]], len(todo))
   layout = configs[todo[0]].get('layout', 'auto')
   if layout != 'auto':  # its errors (devices, runs, batch) before any folder is touched
     devices.placement(layout, len(todo), task.batch(1))

@@ -126,8 +126,13 @@ def status(folder: pathlib.Path, config: dict, overwrite: bool = False) -> str:
     ConfigMismatch: the folder's config.json differs from ``config`` (the
       message names the differing keys and says to pass --overwrite), or the
       folder holds run files but no config.json.
+    ValueError: the folder's path or a parent of it is a file.
   """
   folder = pathlib.Path(folder)
+  existing = next(p for p in (folder.absolute(), *folder.absolute().parents) if p.exists())
+  if not existing.is_dir():
+    raise ValueError(f'workdir: {existing} is a file, expected a folder (the run folder {folder} '
+                     'or one that holds it)')
   if overwrite:
     return 'new'
   saved = read_json(folder / CONFIG)
