@@ -52,11 +52,12 @@ def check_config(config) -> None:
     raise ValueError(f'config.batch_size: expected at most train_size = {config.train_size}, '
                      f'got {config.batch_size}')
   data_bytes = 4 * (config.train_size + config.test_size) * (2 * config.max_digits + 1)
-  if 3 * data_bytes > devices.memory_bytes():  # the draw's temporaries besides the sets
+  memory = devices.memory_bytes()
+  if 3 * data_bytes > memory:  # the draw's temporaries besides the sets
     raise ValueError(f'config.max_digits, config.train_size: {config.train_size} + '
                      f'{config.test_size} sequences of up to {config.max_digits} digits take '
                      f'{data_bytes / 2**30:.3g} GiB, more than a third of the '
-                     f'{devices.memory_bytes() / 2**30:.3g} GiB of memory here; expected fewer')
+                     f'{memory / 2**30:.3g} GiB of memory here; expected fewer')
   if not config.sample_temperature >= 0:
     raise ValueError(f'config.sample_temperature: expected a value >= 0 (0: greedy), got '
                      f'{config.sample_temperature!r}')

@@ -201,9 +201,7 @@ def init_elman(key, input_size: int, hidden_size: int, recurrent_init: str = 'ga
   """
   _check_sizes(input_size, hidden_size, biases)
   input_size, hidden_size = int(input_size), int(hidden_size)
-  if isinstance(radius, (bool, np.bool_)) or not isinstance(radius, numbers.Real) or not (
-      0 <= radius < math.inf):
-    raise ValueError(f'radius: expected a finite value >= 0, got {radius!r}')
+  initializers.check_radius('radius', radius)  # also for 'uniform', which ignores it
   if input_scale is not None and (isinstance(input_scale, (bool, np.bool_)) or not isinstance(
       input_scale, numbers.Real) or not 0 <= input_scale < math.inf):
     raise ValueError(f'input_scale: expected a finite value >= 0 (or None), got {input_scale!r}')

@@ -13,6 +13,9 @@ References:
   Saxe, McClelland & Ganguli (2014): orthogonal initialization.
 """
 
+import math
+import numbers
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -23,8 +26,11 @@ def _check_size(hidden_size: int) -> None:
     raise ValueError(f'hidden_size: expected a positive int, got {hidden_size!r}')
 
 
-def _check_radius(name: str, value: float) -> None:
-  if not np.isfinite(value) or value < 0:
+def check_radius(name: str, value: float) -> None:
+  """Raises ValueError naming ``name`` unless ``value`` is a real number (not a bool) in
+  [0, inf): a spectral radius, a gain, a scale."""
+  if (isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or
+      not 0 <= value < math.inf):
     raise ValueError(f'{name}: expected a finite value >= 0, got {value!r}')
 
 
@@ -80,7 +86,7 @@ def gaussian_at_radius(key, hidden_size: int, radius: float) -> jax.Array:
     ValueError: if ``radius`` < 0 or not finite, or ``hidden_size`` < 1.
   """
   _check_size(hidden_size)
-  _check_radius('radius', radius)
+  check_radius('radius', radius)
   w = jax.random.normal(key, (hidden_size, hidden_size), jnp.float32)
   return w * (radius / spectral_radius(w))
 
@@ -103,7 +109,7 @@ def orthogonal_at_radius(key, hidden_size: int, radius: float) -> jax.Array:
     ValueError: if ``radius`` < 0 or not finite, or ``hidden_size`` < 1.
   """
   _check_size(hidden_size)
-  _check_radius('radius', radius)
+  check_radius('radius', radius)
   q = jax.nn.initializers.orthogonal()(key, (hidden_size, hidden_size), jnp.float32)
   return radius * q
 
@@ -118,7 +124,7 @@ def identity(hidden_size: int, gain: float = 1.0) -> jax.Array:
     ValueError: if ``gain`` < 0 or not finite, or ``hidden_size`` < 1.
   """
   _check_size(hidden_size)
-  _check_radius('gain', gain)
+  check_radius('gain', gain)
   return gain * jnp.eye(hidden_size, dtype=jnp.float32)
 
 
@@ -177,7 +183,7 @@ def sparse_at_radius(key, hidden_size: int, nonzeros: int = 15, radius: float = 
   if not isinstance(nonzeros, (int, np.integer)) or not 1 <= nonzeros <= hidden_size:
     raise ValueError(f'nonzeros: expected an int in [1, H] = [1, {hidden_size}], '
                      f'got {nonzeros!r}')
-  _check_radius('radius', radius)
+  check_radius('radius', radius)
   key_values, key_columns = jax.random.split(key)
   w = jax.random.normal(key_values, (hidden_size, hidden_size), jnp.float32)
   order = jnp.argsort(jax.random.uniform(key_columns, (hidden_size, hidden_size)), axis=1)
