@@ -183,9 +183,19 @@ def initialize_distributed() -> int:
 
 
 def quiet_logs() -> None:
-  """Hides log lines a CPU user should not see: JAX's search for a TPU, orbax's chatter."""
+  """Hides log lines a CPU user should not see: JAX's search for a TPU, orbax's chatter,
+  and the tracebacks of tensorstore's writes that finish after a failed checkpoint
+  closed orbax's event loop ("RuntimeError: Event loop is closed", up to 400 of them
+  around a full disk's one line; Python hands them to ``sys.unraisablehook``)."""
   python_logging.getLogger('jax._src.xla_bridge').setLevel(python_logging.WARNING)
   logging.get_absl_handler().addFilter(lambda record: 'orbax' not in record.pathname)
+  default_hook = sys.unraisablehook
+
+  def hook(unraisable):
+    if not (isinstance(unraisable.exc_value, RuntimeError)
+            and str(unraisable.exc_value) == 'Event loop is closed'):
+      default_hook(unraisable)
+  sys.unraisablehook = hook
 
 
 def group_runs(config, entries):
@@ -321,6 +331,14 @@ def stop_requested() -> bool:
   return bool(_STOP)
 
 
+def say(line: str) -> None:
+  """Writes ``line`` and its newline to stderr in one write, flushed. ``print`` writes
+  them in two, and orbax's and TensorBoard's threads, still running when a run fails,
+  wrote their own text between the two (CI once saw a full-disk line without its end)."""
+  sys.stderr.write(line + '\n')
+  sys.stderr.flush()
+
+
 def _full_disk(error: Exception) -> bool:
   """Whether ``error`` is a write to a full disk: ENOSPC or EDQUOT, or orbax's
   RESOURCE_EXHAUSTED (a ValueError) from a checkpoint."""
@@ -370,17 +388,16 @@ def run_group_of(experiment, configs, folders, overwrite: bool) -> int:
     if isinstance(error, jax.errors.JaxRuntimeError):
       if 'RESOURCE_EXHAUSTED' not in str(error) and 'Out of memory' not in str(error):
         raise
-      print(f'error: out of memory: {str(error).splitlines()[0]}; expected a smaller model, '
-            'batch or group (--max_group_size)', file=sys.stderr, flush=True)
+      say(f'error: out of memory: {str(error).splitlines()[0]}; expected a smaller model, '
+          'batch or group (--max_group_size)')
       return 1
-    print(f'error: {error}' + ('; free some space and run the same command again to resume '
-                               'from the last checkpoint' if full else ''),
-          file=sys.stderr, flush=True)
+    say(f'error: {error}' + ('; free some space and run the same command again to resume '
+                             'from the last checkpoint' if full else ''))
     if full:  # not sys.exit: TensorBoard's and orbax's exit hooks would write to the full disk
       os._exit(1)
     return 1
   except trainer.Interrupted as error:
-    print(f'interrupted: {error}; run the same command again to resume', file=sys.stderr)
+    say(f'interrupted: {error}; run the same command again to resume')
     sys.exit(128 + _STOP[0])
   if jax.process_index() == 0:
     for folder, summary in zip(folders, summaries):
