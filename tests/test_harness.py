@@ -41,6 +41,14 @@ def files(folder: pathlib.Path) -> dict:
           if p.is_file()}
 
 
+def scalars(folder, tag):
+  """(step, value) of ``tag`` as TensorBoard reads the run's event files."""
+  from tensorboard.backend.event_processing import event_accumulator
+  events = event_accumulator.EventAccumulator(str(folder / 'tensorboard'))
+  events.Reload()
+  return [(event.step, event.value) for event in events.Scalars(tag)]
+
+
 def final_params(folder):
   return jax.tree_util.tree_leaves(run_folder.final_params(folder)[1])
 
@@ -69,6 +77,11 @@ def test_a_run_killed_after_its_second_checkpoint_resumes_exactly(tmp_path, shar
     assert (cut / name).read_bytes() == (whole / name).read_bytes(), name
   for got, expected in zip(final_params(cut), final_params(whole)):
     np.testing.assert_array_equal(got, expected)
+  # TensorBoard, reading both event files, hides the steps logged after the checkpoint
+  # resumed from, and shows each step once with the uninterrupted run's value
+  assert len(list((cut / 'tensorboard').iterdir())) == 2
+  assert scalars(cut, 'train/loss') == scalars(whole, 'train/loss')
+  assert [step for step, _ in scalars(cut, 'train/loss')] == [1, *range(50, 1501, 50)]
 
 
 def test_a_finished_run_refuses_another_config_and_overwrites_on_request(tmp_path,

@@ -309,7 +309,7 @@ def test_tensorboard_writer_leaves_torch_unimported(tmp_path):
   code = ('import pathlib, sys\n'
           'from rnnjax.train import run_folder\n'
           'writer = run_folder.tensorboard(pathlib.Path(sys.argv[1]), None)\n'
-          'writer.add_scalar("train/loss", 1.5, 7)\n'
+          'run_folder.write_scalars(writer, 7, {"train/loss": 1.5})\n'
           'writer.close()\n'
           'print("torch" in sys.modules)\n'
           'import torch\n')  # torch itself still imports afterwards
@@ -320,6 +320,32 @@ def test_tensorboard_writer_leaves_torch_unimported(tmp_path):
   events = event_accumulator.EventAccumulator(str(tmp_path / 'tensorboard'))
   events.Reload()
   assert [(e.step, e.value) for e in events.Scalars('train/loss')] == [(7, 1.5)]
+
+
+def test_tensorboard_on_a_full_disk_raises_in_the_caller_instead_of_hanging(tmp_path):
+  """tensorboardX's SummaryWriter wrote from a thread that died on a full disk, and its
+  eleventh add_scalar after waited forever; the run's writer raises ENOSPC where it
+  writes. A real 64 KiB tmpfs (skipped where this process may not mount one)."""
+  import errno
+  import shutil
+  import subprocess
+  disk = tmp_path / 'disk'
+  disk.mkdir()
+  if not shutil.which('mount') or subprocess.run(
+      ['mount', '-t', 'tmpfs', '-o', 'size=64k', 'tmpfs', str(disk)],
+      capture_output=True).returncode:
+    pytest.skip('cannot mount a tmpfs here')
+  try:
+    writer = run_folder.tensorboard(disk, None)
+    with pytest.raises(OSError) as raised:
+      (disk / 'filler').write_bytes(b'x' * 2**17)
+    assert raised.value.errno == errno.ENOSPC
+    with pytest.raises(OSError) as raised:
+      for step in range(1, 1001):
+        run_folder.write_scalars(writer, step, {f'train/{i}': 1.0 for i in range(12)})
+    assert raised.value.errno == errno.ENOSPC and step < 1000
+  finally:
+    subprocess.run(['umount', '--lazy', str(disk)], check=True)  # the writer's file is open
 
 
 def test_diagnostics_program_has_no_host_callback_and_host_radii_are_the_spectral_radii(stream):

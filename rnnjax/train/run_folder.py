@@ -30,6 +30,7 @@ import pathlib
 import shutil
 import socket
 import sys
+import time
 
 from absl import logging
 import jax
@@ -330,25 +331,61 @@ def final_params(folder: pathlib.Path) -> tuple[dict, dict]:
   return read_json(folder / CONFIG), state['params']
 
 
-def _summary_writer():
-  """``tensorboardX.SummaryWriter``, imported without torch: tensorboardX imports
-  torch where it is installed only to recognise torch tensors (which a run never
-  logs), 1-2.5 s of every run process's start (the test extra installs torch)."""
-  if 'tensorboardX' in sys.modules or 'torch' in sys.modules:
-    from tensorboardX import SummaryWriter
-    return SummaryWriter
-  sys.modules['torch'] = None  # `import torch` raises ImportError: tensorboardX goes without
+def _tensorboardx():
+  """tensorboardX's event writer, summaries and protos, imported without torch:
+  tensorboardX imports torch where it is installed only to recognise torch tensors
+  (which a run never logs), 1-2.5 s of every run process's start (the test extra
+  installs torch)."""
+  hide_torch = 'tensorboardX' not in sys.modules and 'torch' not in sys.modules
+  if hide_torch:
+    sys.modules['torch'] = None  # `import torch` raises ImportError: tensorboardX goes without
   try:
-    from tensorboardX import SummaryWriter
+    from tensorboardX import event_file_writer
+    from tensorboardX import summary
+    from tensorboardX.proto import event_pb2
   finally:
-    del sys.modules['torch']
-  return SummaryWriter
+    if hide_torch:
+      del sys.modules['torch']
+  return event_file_writer, summary, event_pb2
 
 
 def tensorboard(folder: pathlib.Path, purge_step: int | None):
-  """A TensorBoard writer (tensorboardX: event files, no TensorFlow needed) into
-  ``<folder>/tensorboard``; ``purge_step`` makes TensorBoard drop the events of
-  steps >= it written before a resume."""
-  return _summary_writer()(str(pathlib.Path(folder) / TENSORBOARD), purge_step=purge_step,
-                       flush_secs=10)
+  """A TensorBoard event file (tensorboardX's, no TensorFlow needed), a new one in
+  ``<folder>/tensorboard`` per call; ``purge_step`` makes TensorBoard drop the
+  events of steps >= it written before a resume.
+
+  Written by tensorboardX's ``EventsWriter`` in the caller's thread, not by its
+  ``SummaryWriter``: that one writes from a thread of its own, which on a full disk
+  died with a traceback and left the run waiting forever in its next ``add_scalar``
+  (its queue of 10 events full).
+
+  Returns:
+    the writer, for ``write_scalars`` and its own ``close()``.
+  Raises:
+    OSError: where the folder cannot be made or written.
+  """
+  event_file_writer, _, event_pb2 = _tensorboardx()
+  logdir = pathlib.Path(folder) / TENSORBOARD
+  logdir.mkdir(parents=True, exist_ok=True)
+  writer = event_file_writer.EventsWriter(str(logdir / 'events'))
+  if purge_step is not None:  # as tensorboardX's SummaryWriter marks a restart
+    writer.write_event(event_pb2.Event(
+        step=purge_step, wall_time=time.time(),
+        session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START)))
+  writer.flush()
+  return writer
+
+
+def write_scalars(writer, step: int, scalars: dict[str, float]) -> None:
+  """Writes ``scalars`` (tag -> value) at ``step`` and flushes them to disk (fsync).
+
+  Raises:
+    OSError: from the write (ENOSPC on a full disk), in the caller's thread.
+  """
+  _, summary, event_pb2 = _tensorboardx()
+  now = time.time()
+  for tag, value in scalars.items():
+    writer.write_event(event_pb2.Event(step=step, wall_time=now,
+                                       summary=summary.scalar(tag, value)))
+  writer.flush()
 

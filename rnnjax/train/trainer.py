@@ -314,14 +314,12 @@ def _line(step: int, counters, i: int, radius, profile) -> dict:
 
 
 def _tensorboard(writer, line: dict) -> None:
-  step = line['step']
-  for name in ('loss', 'bits', 'grad_norm', 'max_grad_norm', 'clipped_fraction', 'update_norm',
-               'skipped', 'spectral_radius'):
-    if math.isfinite(line[name]):
-      writer.add_scalar(f'train/{name}', line[name], step)
-  for k, ratio in line['profile'].items():
-    writer.add_scalar(f'profile/k{k}', ratio, step)
-  writer.flush()
+  scalars = {f'train/{name}': line[name]
+             for name in ('loss', 'bits', 'grad_norm', 'max_grad_norm', 'clipped_fraction',
+                          'update_norm', 'skipped', 'spectral_radius')
+             if math.isfinite(line[name])}
+  scalars.update({f'profile/k{k}': ratio for k, ratio in line['profile'].items()})
+  run_folder.write_scalars(writer, line['step'], scalars)
 
 
 class Timer:
