@@ -53,7 +53,11 @@ COMPILATION_CACHE_VARIABLE = 'RNNJAX_COMPILATION_CACHE'
 
 
 def define_flags():
-  """Defines the command-line flags (only when run as a program, so the module imports cleanly)."""
+  """Defines the command-line flags (only when run as a program, so the module imports
+  cleanly). A ``--config.NAME`` the config lacks exits with one line first: without
+  ``--config=``, ml_collections reads the overrides as it defines the flag, and a
+  misspelt one was a traceback."""
+  unknown_field(config_path_of(sys.argv), sys.argv)
   config_flags.DEFINE_config_file(
       'config', DEFAULT_CONFIG, 'Config file with get_config() (and get_sweep() for sweeps); '
       'override any field with --config.NAME=VALUE.', lock_config=True)
@@ -274,6 +278,13 @@ def config_fields_help(path: str) -> str:
   return '\n'.join(lines)
 
 
+def config_path_of(argv) -> str:
+  """The config file the command line names: the last ``--config=``, as absl takes
+  it, else the default."""
+  given = [arg.split('=', 1)[1] for arg in argv[1:] if arg.startswith('--config=')]
+  return given[-1] if given else DEFAULT_CONFIG
+
+
 def unknown_field(config_path: str, argv) -> None:
   """Exits with one line for a ``--config.NAME=`` whose NAME the config lacks,
   naming the closest field."""
@@ -291,13 +302,12 @@ def unknown_field(config_path: str, argv) -> None:
       sys.exit(1)
 
 
-def parse_flags(argv):
-  """absl's flag parsing, with --help on stdout (exit 0, the config's fields listed)
-  and a flag error as one line on stderr (exit 1)."""
-  given = [arg.split('=', 1)[1] for arg in argv[1:] if arg.startswith('--config=')]
-  config_path = given[-1] if given else DEFAULT_CONFIG  # the last, as absl takes it
+def parse_flags(argv, doc: str = __doc__):
+  """absl's flag parsing, with --help on stdout (``doc``, the flags, the config's
+  fields; exit 0) and a flag error as one line on stderr (exit 1)."""
+  config_path = config_path_of(argv)
   if any(arg in ('--help', '-h', '--helpshort', '-?') for arg in argv[1:]):
-    print(__doc__)
+    print(doc)
     print(FLAGS.main_module_help())
     print()
     print(config_fields_help(config_path))

@@ -3,6 +3,10 @@
   python -m launch.sweep --config=experiments/configs/char_lm.py --workdir=results/char_lm_sweep
   python -m launch.sweep --config=experiments/configs/long_range.py --workdir=results/long_range \
       --executor=slurm --partition=debug --time=60
+  python -m launch.sweep --config.steps=300 --workdir=results/char_lm_short
+
+``--config.NAME=VALUE`` sets a field for every run of the sweep, in place of
+the value ``get_sweep()`` gives them all; a field the sweep varies is refused.
 
 ``get_sweep()`` in the config file gives one dict of overrides per run; each
 run gets the folder ``<workdir>/<swept values>``. Runs that differ only in
@@ -35,6 +39,7 @@ import threading
 
 from absl import app
 from absl import flags
+from ml_collections import config_flags
 import tqdm
 
 from launch import executors
@@ -45,9 +50,12 @@ FLAGS = flags.FLAGS
 
 
 def define_flags():
-  """Defines the command-line flags (only when run as a program, so the module imports cleanly)."""
-  flags.DEFINE_string('config', 'experiments/configs/char_lm.py',
-                      'Config file with get_config() and get_sweep().')
+  """Defines the command-line flags (only when run as a program, so the module imports
+  cleanly); a misspelt ``--config.NAME`` exits with one line first, as in launch.run."""
+  run.unknown_field(run.config_path_of(sys.argv), sys.argv)
+  config_flags.DEFINE_config_file(
+      'config', run.DEFAULT_CONFIG, 'Config file with get_config() and get_sweep(); '
+      '--config.NAME=VALUE sets a field for every run (not one the sweep varies).', lock_config=True)
   flags.DEFINE_string('workdir', 'results/char_lm_sweep',
                       'Sweep folder: one subfolder per run, plus the tables and plots.')
   flags.DEFINE_enum('executor', 'local', ['local', 'slurm'],
@@ -81,6 +89,23 @@ def swept_keys(sweep: list[dict]) -> list[str]:
 
 def run_name(overrides: dict, keys: list[str]) -> str:
   return ','.join(f'{k}={overrides[k]}' for k in keys) or 'run'
+
+
+def with_command_line(sweep: list[dict], command_line: dict, config_path: str) -> list[dict]:
+  """Each run's overrides from ``get_sweep()``, with the ``--config.NAME=VALUE``
+  fields of the command line in place of the values ``get_sweep()`` gives every
+  run alike (the main job's ``steps``, say).
+
+  Raises:
+    run.ConfigError: for a command-line field that ``get_sweep()`` sweeps (gives
+      runs different values: the sweep's folders and table are named after them).
+  """
+  swept = [name for name in swept_keys(sweep) if name in command_line]
+  if swept:
+    raise run.ConfigError(
+        f'--config.{swept[0]}: get_sweep() in {config_path} sweeps {swept[0]} (its runs '
+        'differ in it); change its values in get_sweep() instead')
+  return [{**run_overrides, **command_line} for run_overrides in sweep]
 
 
 def run_configs(base_config, sweep: list[dict]) -> list:
@@ -182,16 +207,19 @@ def main(argv):
   from rnnjax.train import run_folder
 
   run.quiet_logs()
+  config_path = config_flags.get_config_filename(FLAGS['config'])
   try:
-    module = run.load_config_file(FLAGS.config)
+    module = run.load_config_file(config_path)
     if not hasattr(module, 'get_sweep'):
-      raise run.ConfigError(f'config: {FLAGS.config} defines no get_sweep()')
+      raise run.ConfigError(f'config: {config_path} defines no get_sweep()')
     sweep = module.get_sweep()
     if not sweep:
-      raise run.ConfigError(f'config: get_sweep() in {FLAGS.config} returned no runs')
+      raise run.ConfigError(f'config: get_sweep() in {config_path} returned no runs')
     base = module.get_config()
-    experiment = run.experiment_module(base)
-    configs = run_configs(base, sweep)
+    experiment = run.experiment_module(FLAGS.config)
+    overrides = with_command_line(sweep, config_flags.get_override_values(FLAGS['config']),
+                                  config_path)
+    configs = run_configs(base, overrides)
     workdir = pathlib.Path(FLAGS.workdir)
     lock = run_folder.lock(workdir)
   except (run.ConfigError, run_folder.FolderInUse) as error:
@@ -236,7 +264,8 @@ def main(argv):
   local = FLAGS.executor == 'local'
   groups = plan_jobs(experiment, configs, folders, todo, FLAGS.max_group_size,
                      processes if local else 1)
-  jobs = [executors.Job([{'workdir': str(folders[i]), 'overrides': sweep[i]} for i in group])
+  jobs = [executors.Job([{'workdir': str(folders[i]), 'overrides': overrides[i]}
+                         for i in group])
           for group in groups]
   resuming = sum(1 for i in todo if i not in changed and run_folder.saved_steps(folders[i]))
   print(f'{len(sweep)} runs: {len(sweep) - len(todo) - len(failures)} ended already, '
@@ -246,9 +275,9 @@ def main(argv):
         flush=True)
   try:
     if local:
-      executor = executors.Local(FLAGS.config, processes, threads, workdir / '.jobs')
+      executor = executors.Local(config_path, processes, threads, workdir / '.jobs')
     else:
-      executor = executors.Slurm(FLAGS.config, workdir, {
+      executor = executors.Slurm(config_path, workdir, {
           'slurm_partition': FLAGS.partition, 'timeout_min': FLAGS.time,
           'cpus_per_task': FLAGS.cpus_per_task, 'slurm_gpus_per_task': FLAGS.gpus_per_task,
           'mem_gb': FLAGS.mem_gb, 'slurm_account': FLAGS.account, 'slurm_qos': FLAGS.qos,
@@ -329,4 +358,4 @@ if __name__ == '__main__':
   # starting the next jobs (helper-11).
   for signum in (signal.SIGTERM, signal.SIGINT):
     signal.signal(signum, interrupt)
-  app.run(main)
+  app.run(main, flags_parser=lambda argv: run.parse_flags(argv, __doc__))

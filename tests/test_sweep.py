@@ -87,6 +87,38 @@ def test_sweep_runs_skips_and_tabulates(tmp_path, shared_data_dir):
   assert (workdir / 'results.md').read_text() == table
 
 
+def test_command_line_fields_set_every_run_and_a_swept_one_is_refused(tmp_path,
+                                                                     shared_data_dir):
+  config = write_config(tmp_path, steps=10, radius=1.0)
+  workdir = tmp_path / 'sweep'
+  code, output, errors = run_sweep(config, workdir, '--config.spectral_radius=0.7')
+  assert code == 1 and output == ''
+  assert errors == (f'error: --config.spectral_radius: get_sweep() in {config} sweeps '
+                    'spectral_radius (its runs differ in it); change its values in get_sweep() '
+                    'instead\n')
+  assert not workdir.exists()
+  code, output, errors = run_sweep(config, workdir, '--config.spectral_radus=2')
+  assert code == 1 and errors.startswith('error: --config.spectral_radus: ') and \
+      'did you mean spectral_radius?' in errors and not workdir.exists()
+
+  flags = ('--config.learning_rate=0.25', '--config.seed=3', '--config.steps=5')  # steps: in
+  # place of get_sweep()'s 10 for every run
+  code, output, errors = run_sweep(config, workdir, *flags)
+  assert code == 0, errors
+  ended = summaries(workdir)  # the folders named after the swept values alone
+  assert sorted(ended) == ['spectral_radius=0.5', 'spectral_radius=1.0', 'spectral_radius=1.5']
+  for name in ended:
+    run_config = json.loads((workdir / name / 'config.json').read_text())
+    assert (run_config['learning_rate'], run_config['seed'], run_config['steps'],
+            run_config['spectral_radius']) == (0.25, 3, 5, float(name.split('=')[1]))
+  code, output, _ = run_sweep(config, workdir, *flags)
+  assert code == 0 and '3 runs: 3 ended already' in output
+  code, output, _ = run_sweep(config, workdir)  # without them: every run's config changed
+  assert code == 0 and '3 run(s) whose config changed will train again' in output
+  assert all(json.loads((workdir / name / 'config.json').read_text())['learning_rate'] != 0.25
+             for name in ended)
+
+
 def test_a_changed_run_trains_again_and_only_it(tmp_path, shared_data_dir):
   workdir = tmp_path / 'sweep'
   assert run_sweep(write_config(tmp_path, radius=1.0), workdir)[0] == 0
