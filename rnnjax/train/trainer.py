@@ -413,9 +413,11 @@ def train(task: Task, configs, folders=None, writer: bool = True,
   Returns:
     ``(params, records, timer)``: R final params (the last finite ones), R
     dicts (status 'finished' or 'diverged', steps_done, diverged_step,
-    skipped_steps, clipped_fraction, max_grad_norm, final_train_loss (nats,
-    of the last line) and final_train_bits, final_spectral_radius, first_profile, last_profile)
-    and the ``Timer``.
+    skipped_steps, clipped_fraction, max_grad_norm, final_train_loss (nats)
+    and final_train_bits, final_spectral_radius, first_profile, last_profile)
+    and the ``Timer``. The ``final_`` and ``last_`` values are those of the last
+    metrics line: measured, like its loss, on the params that step started from
+    (the last update is not in them).
 
   Raises:
     Interrupted: when ``stop_requested`` said so (after checkpointing).
