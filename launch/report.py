@@ -208,7 +208,7 @@ def plot_heatmaps(rows, keys, value: str, x: str, panels, folder: pathlib.Path) 
   return paths
 
 
-def write(runs, keys, experiment, folder: pathlib.Path) -> str:
+def write(runs, keys, experiment, folder: pathlib.Path, command_line: dict | None = None) -> str:
   """Writes the tables (atomically) and plots of a sweep; returns the per-run table.
 
   Args:
@@ -216,10 +216,15 @@ def write(runs, keys, experiment, folder: pathlib.Path) -> str:
     keys: the swept keys.
     experiment: the experiment module (its ``REPORT`` and optional ``PLOTS``).
     folder: the sweep folder.
+    command_line: the fields set for every run by ``--config.NAME=VALUE``, named
+      under the Markdown tables' provenance line.
   """
   reported = experiment.REPORT
   rows = table_rows(runs, keys, reported)
   heading = provenance_line([timing for _, _, timing, _ in runs])
+  if command_line:
+    heading += ('\n\nSet for every run on the command line: '
+                + ', '.join(f'{name}={value!r}' for name, value in command_line.items()) + '.')
   table = markdown(rows, heading)
   run_folder.write_text(folder / 'results.md', table)
   run_folder.write_text(folder / 'results.csv', csv_text(rows))

@@ -217,8 +217,8 @@ def main(argv):
       raise run.ConfigError(f'config: get_sweep() in {config_path} returned no runs')
     base = module.get_config()
     experiment = run.experiment_module(FLAGS.config)
-    overrides = with_command_line(sweep, config_flags.get_override_values(FLAGS['config']),
-                                  config_path)
+    command_line = dict(config_flags.get_override_values(FLAGS['config']))
+    overrides = with_command_line(sweep, command_line, config_path)
     configs = run_configs(base, overrides)
     workdir = pathlib.Path(FLAGS.workdir)
     lock = run_folder.lock(workdir)
@@ -331,7 +331,7 @@ def main(argv):
     runs.append((sweep[i], summary if status in run_folder.ENDED else None,
                  run_folder.read_json(folder / run_folder.TIMING), status or 'missing'))
   try:
-    table = report.write(runs, keys, experiment, workdir)
+    table = report.write(runs, keys, experiment, workdir, command_line)
   except OSError as error:
     print(f'error: cannot write the tables to {workdir}: {error}', file=sys.stderr)
     sys.exit(1)

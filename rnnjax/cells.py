@@ -185,7 +185,8 @@ def init_elman(key, input_size: int, hidden_size: int, recurrent_init: str = 'ga
       ``radius``), 'orthogonal' (orthogonal times ``radius``), 'identity'
       (``radius`` times I, IRNN) or 'uniform' (PyTorch's U(+-1/sqrt(H)),
       ``radius`` ignored).
-    radius: spectral radius of W_hh (the gain for 'identity').
+    radius: spectral radius of W_hh (the gain for 'identity'): a number or a
+      0-d array, traced under ``vmap`` for one init per radius.
     input_scale: W_xh ~ N(0, input_scale^2); default 1/sqrt(d). With
       'uniform' W_xh is PyTorch's uniform too.
     biases: 1 (``b``) or 2 (``b`` and ``b_hh``, as PyTorch; they are summed).

@@ -26,9 +26,20 @@ def _check_size(hidden_size: int) -> None:
     raise ValueError(f'hidden_size: expected a positive int, got {hidden_size!r}')
 
 
-def check_radius(name: str, value: float) -> None:
+def check_radius(name: str, value) -> None:
   """Raises ValueError naming ``name`` unless ``value`` is a real number (not a bool) in
-  [0, inf): a spectral radius, a gain, a scale."""
+  [0, inf): a spectral radius, a gain, a scale. A 0-d numpy or JAX array of a real
+  dtype counts as its number; a traced one (under ``jit`` or ``vmap``) passes
+  unchecked, as its value is not known until it runs."""
+  if isinstance(value, jax.core.Tracer):
+    real = jnp.issubdtype(value.dtype, jnp.floating) or jnp.issubdtype(value.dtype, jnp.integer)
+    if jnp.shape(value) or not real:
+      raise ValueError(f'{name}: expected a real 0-d value, got a traced '
+                       f'{value.dtype}{list(jnp.shape(value))}')
+    return
+  if isinstance(value, (np.ndarray, jax.Array)) and value.shape == () and (
+      np.issubdtype(value.dtype, np.floating) or np.issubdtype(value.dtype, np.integer)):
+    value = value.item()
   if (isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or
       not 0 <= value < math.inf):
     raise ValueError(f'{name}: expected a finite value >= 0, got {value!r}')

@@ -1,6 +1,7 @@
 """Each initializer's spectral radius equals the request."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -49,6 +50,23 @@ def test_init_elman_radius(init, key):
   params = cells.init_elman(key, 5, 24, init, radius=1.1)
   assert radius(params['W_hh']) == pytest.approx(1.1, abs=1e-4)
   assert params['W_xh'].shape == (5, 24) and params['b'].shape == (24,)
+
+
+@pytest.mark.parametrize('init', ['gaussian', 'orthogonal', 'identity'])
+def test_init_elman_takes_radii_as_arrays_and_under_vmap(init, key):
+  """One init per spectral radius of a sweep, vmapped (helper-13 met 'expected a finite
+  value >= 0, got VmapTracer(...)'); a concrete 0-d array is its number."""
+  radii = jnp.array([0.5, 0.9, 1.5])
+  stacked = jax.jit(jax.vmap(lambda r: cells.init_elman(key, 3, 16, init, radius=r)))(radii)
+  assert [radius(w) for w in stacked['W_hh']] == pytest.approx([0.5, 0.9, 1.5], abs=1e-4)
+  one = cells.init_elman(key, 3, 16, init, radius=jnp.array(0.9))
+  np.testing.assert_allclose(one['W_hh'], stacked['W_hh'][1], rtol=1e-5, atol=1e-6)
+  for bad, message in ((jnp.array(-0.5), 'got -0.5'), (jnp.array([1.0, 2.0]), r'got Array\(\[1'),
+                       (np.array(True), 'got array\\(True\\)')):
+    with pytest.raises(ValueError, match=f'radius: expected a finite value >= 0, {message}'):
+      cells.init_elman(key, 3, 16, init, radius=bad)
+  with pytest.raises(ValueError, match=r'radius: expected a real 0-d value, got a traced bool\[\]'):
+    jax.vmap(lambda r: cells.init_elman(key, 3, 16, init, radius=r))(jnp.array([True, False]))
 
 
 @pytest.mark.parametrize('function', [

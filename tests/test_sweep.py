@@ -111,6 +111,8 @@ def test_command_line_fields_set_every_run_and_a_swept_one_is_refused(tmp_path,
     run_config = json.loads((workdir / name / 'config.json').read_text())
     assert (run_config['learning_rate'], run_config['seed'], run_config['steps'],
             run_config['spectral_radius']) == (0.25, 3, 5, float(name.split('=')[1]))
+  assert ("\n\nSet for every run on the command line: learning_rate=0.25, seed=3, steps=5.\n"
+          in (workdir / 'results.md').read_text())
   code, output, _ = run_sweep(config, workdir, *flags)
   assert code == 0 and '3 runs: 3 ended already' in output
   code, output, _ = run_sweep(config, workdir)  # without them: every run's config changed

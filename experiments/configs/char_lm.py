@@ -40,7 +40,7 @@ def get_config():
 
   config.optimizer = 'adam'  # sgd | adagrad | adam | adamw
   config.learning_rate = 2e-3
-  config.clipping = 'global_norm'  # none | global_norm | elementwise
+  config.clipping = 'global_norm'  # none | global_norm | elementwise | pascanu
   config.clip_threshold = 1.0
   config.on_divergence = 'stop'  # stop | skip
   config.layout = 'auto'  # auto | data | runs: over several devices, split the batch or the runs

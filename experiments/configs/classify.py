@@ -49,7 +49,7 @@ def get_config():
   config.steps = 1500  # one batch each: 16 epochs of AG News' 6,000, 1.4 of SST-2
   config.optimizer = 'adam'  # sgd | adagrad | adam | adamw
   config.learning_rate = 2e-3
-  config.clipping = 'global_norm'  # none | global_norm | elementwise
+  config.clipping = 'global_norm'  # none | global_norm | elementwise | pascanu
   config.clip_threshold = 1.0
   config.on_divergence = 'stop'  # stop | skip (a NaN/Inf loss's update)
   config.layout = 'auto'  # auto | data | runs: over several devices, split the batch or the runs
