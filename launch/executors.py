@@ -58,11 +58,14 @@ def append_log(folders, text: str) -> None:
 
 
 def reason(output: str) -> str:
-  """The one-line reason a job's output gives for failing: its 'error:' or
-  'interrupted:' line, else its last line."""
+  """The one-line reason a job's output gives for failing: its 'error:' line (without
+  the prefix, which the launcher's 'failed:' line replaces) or 'interrupted:' line,
+  else its last line."""
   lines = [line.strip() for line in output.splitlines() if line.strip()]
   for line in reversed(lines):
-    if line.startswith(('error:', 'interrupted:')) or 'Error:' in line:
+    if line.startswith('error:'):
+      return line[len('error:'):].strip()
+    if line.startswith('interrupted:') or 'Error:' in line:
       return line
   return lines[-1] if lines else 'no output'
 
@@ -220,7 +223,7 @@ def run_job(config_path: str, entries: list) -> int:
   for signum in (signal.SIGTERM, signal.SIGUSR2):
     previous[signum] = signal.signal(signum, lambda signum, frame: requested.append(signum))
   try:
-    harness.run_group(run.experiment_module(config), configs, folders, False,
+    harness.run_group(run.experiment_module(configs[0]), configs, folders, False,
                       lambda: bool(requested), run.provenance())
   except trainer.Interrupted:
     print(f'interrupted: signal {requested[0]}; checkpointed', flush=True)

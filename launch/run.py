@@ -279,10 +279,16 @@ def config_fields_help(path: str) -> str:
 
 
 def config_path_of(argv) -> str:
-  """The config file the command line names: the last ``--config=``, as absl takes
-  it, else the default."""
-  given = [arg.split('=', 1)[1] for arg in argv[1:] if arg.startswith('--config=')]
-  return given[-1] if given else DEFAULT_CONFIG
+  """The config file the command line names: the last ``--config=FILE`` or
+  ``--config FILE`` (one dash too), as absl takes it, else the default."""
+  path = DEFAULT_CONFIG
+  for i, arg in enumerate(argv[1:], 1):
+    match = re.fullmatch(r'--?config(=(.*))?', arg)
+    if match and match.group(1):
+      path = match.group(2)
+    elif match and i + 1 < len(argv):
+      path = argv[i + 1]
+  return path
 
 
 def unknown_field(config_path: str, argv) -> None:
@@ -442,7 +448,7 @@ def serve_jobs(config) -> None:
     print(JOB_START, flush=True)
     try:
       configs, folders = group_runs(config, read_group_file(pathlib.Path(line.strip())))
-      status = run_group_of(experiment_module(config), configs, folders, False)
+      status = run_group_of(experiment_module(configs[0]), configs, folders, False)
     except ConfigError as error:
       print(f'error: {error}', file=sys.stderr)
       status = 1
@@ -467,11 +473,11 @@ def main(argv):
     if FLAGS.worker:
       serve_jobs(FLAGS.config)
       return
-    experiment = experiment_module(FLAGS.config)
     if FLAGS.group:
       configs, folders = group_runs(FLAGS.config, read_group_file(pathlib.Path(FLAGS.group)))
     else:
       configs, folders = [FLAGS.config], [pathlib.Path(FLAGS.workdir)]
+    experiment = experiment_module(configs[0])  # a group's overrides may set it
   except (ConfigError, ValueError) as error:
     print(f'error: {error}', file=sys.stderr, flush=True)
     sys.exit(1)

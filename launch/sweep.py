@@ -221,25 +221,41 @@ def main(argv):
     overrides = with_command_line(sweep, command_line, config_path)
     configs = run_configs(base, overrides)
     workdir = pathlib.Path(FLAGS.workdir)
+    keys = swept_keys(sweep)
+    folders = [workdir / run_name(o, keys) for o in sweep]
+    failures = {}
+    for i, config in enumerate(configs):
+      try:
+        harness.check(experiment, [config])
+      except ValueError as error:
+        failures[i] = str(error)
+    if len(failures) == len(configs):  # a bad --config.NAME, say: no folder made for it
+      reasons = set(failures.values())
+      if len(reasons) > 1:
+        for i, why in failures.items():
+          print(f'failed: {folders[i].name}: {why}', file=sys.stderr)
+      raise run.ConfigError('every run of the sweep fails its checks'
+                            + (f': {reasons.pop()}' if len(reasons) == 1 else '')
+                            + f'; {workdir} is left as it was')
     lock = run_folder.lock(workdir)
-  except (run.ConfigError, run_folder.FolderInUse) as error:
+  except (run.ConfigError, run_folder.FolderInUse, ValueError, OSError) as error:
     print(f'error: {error}', file=sys.stderr)
     sys.exit(1)
-  keys = swept_keys(sweep)
-  folders = [workdir / run_name(o, keys) for o in sweep]
   strays = sorted(path.parent.name for path in workdir.glob(f'*/{run_folder.CONFIG}')
                   if path.parent not in folders and not path.parent.is_symlink())
   if strays:
     print(f'note: {len(strays)} run folder(s) in {workdir} belong to no run of this sweep and '
           f'are left as they are: {", ".join(strays)} (a folder is named after its run\'s swept '
           'values: a changed value, or a key swept anew, names another folder)')
-  failures, changed, todo = {}, [], []
+  changed, todo = [], []
   for i, (config, folder) in enumerate(zip(configs, folders)):
+    if i in failures:
+      continue
     try:
-      harness.check(experiment, [config])
       status = run_folder.status(folder, harness.config_dict(config), FLAGS.overwrite)
     except ValueError as error:
-      if isinstance(error, run_folder.ConfigMismatch) and (folder / run_folder.CONFIG).exists():
+      if isinstance(error, run_folder.ConfigMismatch) and run_folder.read_json(
+          folder / run_folder.CONFIG) is not None:  # changed, not damaged: train it again
         changed.append(i)
         todo.append(i)
         continue

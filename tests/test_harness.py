@@ -1,6 +1,7 @@
 """The run harness from the command line, as a user meets it: real processes killed with
 SIGKILL and rerun, a finished run rerun with another config, --overwrite, --help."""
 
+import json
 import pathlib
 import re
 import shutil
@@ -82,6 +83,24 @@ def test_a_run_killed_after_its_second_checkpoint_resumes_exactly(tmp_path, shar
   assert len(list((cut / 'tensorboard').iterdir())) == 2
   assert scalars(cut, 'train/loss') == scalars(whole, 'train/loss')
   assert [step for step, _ in scalars(cut, 'train/loss')] == [1, *range(50, 1501, 50)]
+
+
+def test_damaged_run_files_read_as_missing_lines_or_files(tmp_path):
+  """helper-14's hand-damaged files: a bad line inside metrics.jsonl dropped every line
+  after it, or raised KeyError; summary.json as a list raised AttributeError."""
+  good = [{'step': 1, 'loss': 2.0}, {'step': 5, 'loss': 1.5}, {'step': 10, 'loss': 1.0}]
+  text = (json.dumps(good[0]) + '\ngarbage\n{"foo": 1}\n' + json.dumps(good[1]) + '\n')
+  (tmp_path / 'metrics.jsonl').write_bytes(text.encode() + b'\xff\xfe\n' +
+                                           json.dumps(good[2]).encode() + b'\n{"step": 1')
+  assert run_folder.read_metrics(tmp_path) == good  # the torn last line dropped too
+  assert run_folder.cut_metrics(tmp_path, 5) == good[:2]
+  assert run_folder.read_metrics(tmp_path) == good[:2]
+  (tmp_path / 'summary.json').write_text('[]')
+  (tmp_path / 'devices.json').write_text('[1, {"from_step": "x"}]')
+  assert run_folder.read_json(tmp_path / 'summary.json') is None
+  assert run_folder.record_devices(tmp_path, 'cpu', 0) is None
+  assert run_folder.read_json(tmp_path / 'devices.json', list) == [{'from_step': 0,
+                                                                     'devices': 'cpu'}]
 
 
 def test_a_finished_run_refuses_another_config_and_overwrites_on_request(tmp_path,

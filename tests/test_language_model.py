@@ -137,6 +137,10 @@ def test_streaming_sums_millions_of_tokens_exactly(streams, steps):
     ('sample_temperature', -1.0, r'config.sample_temperature: expected a value >= 0 \(0: greedy\), got -1.0'),
     ('sample_prompt', '', 'config.sample_prompt: expected at least one character'),
     ('corpus', 'foo', r"config.corpus: expected one of \[.*'tinyshakespeare'.*\], got 'foo'"),
+    # helper-14: a sweep's --config.experiment=ptb_chars reached config.json while the
+    # workers trained the config file's experiment
+    ('experiment', 'ptb_chars', "config.experiment: expected 'char_lm' \\(the experiment this "
+                               "group runs\\), got 'ptb_chars'"),
 ])
 def test_char_lm_config_is_checked_before_training(field, value, message):
   from experiments import char_lm

@@ -100,6 +100,15 @@ def test_command_line_fields_set_every_run_and_a_swept_one_is_refused(tmp_path,
   code, output, errors = run_sweep(config, workdir, '--config.spectral_radus=2')
   assert code == 1 and errors.startswith('error: --config.spectral_radus: ') and \
       'did you mean spectral_radius?' in errors and not workdir.exists()
+  code, output, errors = run_sweep(config, workdir, '--config.hidden_size=-1')
+  assert code == 1 and errors == ('error: every run of the sweep fails its checks: '
+                                  'config.hidden_size: expected an int >= 1, got -1; '
+                                  f'{workdir} is left as it was\n') and not workdir.exists()
+  spaced = subprocess.run([sys.executable, '-m', 'launch.sweep', '--config', str(config),
+                           '--config.spectral_radus=2', f'--workdir={workdir}'],
+                          capture_output=True, text=True)  # helper-14: named char_lm.py
+  assert spaced.returncode == 1 and spaced.stderr.startswith(
+      f'error: --config.spectral_radus: {config} has no field')
 
   flags = ('--config.learning_rate=0.25', '--config.seed=3', '--config.steps=5')  # steps: in
   # place of get_sweep()'s 10 for every run
@@ -121,6 +130,22 @@ def test_command_line_fields_set_every_run_and_a_swept_one_is_refused(tmp_path,
              for name in ended)
 
 
+def test_a_workdir_that_cannot_be_a_folder_is_one_line(tmp_path):
+  """helper-14: each was a traceback from the sweep's lock."""
+  config = write_config(tmp_path, radius=1.0)
+  (tmp_path / 'a_file').write_text('')
+  (tmp_path / 'a_link').symlink_to(tmp_path / 'nothing')
+  for workdir, message in (
+      (tmp_path / 'a_file', f'workdir: {tmp_path / "a_file"} is a file, expected a folder'),
+      (tmp_path / 'a_file' / 'sweep', f'workdir: {tmp_path / "a_file"} is a file'),
+      (tmp_path / 'a_link', f'workdir: {tmp_path / "a_link"} is a link to '
+                            f'{tmp_path / "nothing"}, which does not exist')):
+    code, output, errors = run_sweep(config, workdir)
+    assert code == 1 and output == '' and errors.startswith(f'error: {message}'), errors
+    assert errors.count('\n') == 1, errors
+  assert not (tmp_path / 'nothing').exists()
+
+
 def test_a_changed_run_trains_again_and_only_it(tmp_path, shared_data_dir):
   workdir = tmp_path / 'sweep'
   assert run_sweep(write_config(tmp_path, radius=1.0), workdir)[0] == 0
@@ -136,6 +161,16 @@ def test_a_changed_run_trains_again_and_only_it(tmp_path, shared_data_dir):
   for name in ('spectral_radius=0.5', 'spectral_radius=1.5'):
     assert after[name] == before[name]
   assert 'spectral_radius=1.2' in after  # a new folder for the new value
+  damaged = workdir / 'spectral_radius=0.5' / 'config.json'  # helper-14: read as "changed"
+  original = damaged.read_text()                               # and the run deleted
+  damaged.write_text(original[:100])
+  code, output, errors = run_sweep(changed, workdir)
+  assert code == 1 and 'whose config changed' not in output
+  assert (f"failed: spectral_radius=0.5: {damaged.parent} holds metrics.jsonl, summary.json, "
+          "checkpoint, tensorboard but no readable config.json; pass --overwrite to clear it"
+          ) in errors
+  assert summaries(workdir)['spectral_radius=0.5'] == before['spectral_radius=0.5']
+  damaged.write_text(original)
   steps = write_config(tmp_path, steps=40, radius=1.0, name='longer.py')  # every run changes
   code, output, _ = run_sweep(steps, workdir)
   assert code == 0 and '3 run(s) whose config changed will train again' in output

@@ -209,7 +209,7 @@ def test_resume_after_an_interruption_equals_an_uninterrupted_run(stream, tmp_pa
   assert records == whole_records
   assert (folder / 'metrics.jsonl').read_bytes() == (
       tmp_path / 'whole' / 'run_0' / 'metrics.jsonl').read_bytes()
-  assert run_folder.read_json(folder / run_folder.DEVICES) == [
+  assert run_folder.read_json(folder / run_folder.DEVICES, list) == [
       {'from_step': 0, 'devices': 'one device'}, {'from_step': 17, 'devices': 'one device'}]
 
 
@@ -220,10 +220,10 @@ def test_devices_json_forgets_starts_after_the_step_resumed_from(tmp_path):
   assert moved == (f'{tmp_path}: resumed at step 20 on 2 devices; the steps before it ran on '
                    'one device, so its numbers differ in the last digits from a run that never '
                    'moved')
-  assert run_folder.read_json(tmp_path / run_folder.DEVICES) == [
+  assert run_folder.read_json(tmp_path / run_folder.DEVICES, list) == [
       {'from_step': 0, 'devices': 'one device'}, {'from_step': 20, 'devices': '2 devices'}]
   assert run_folder.record_devices(tmp_path, 'one device', 0) is None  # a fresh start
-  assert run_folder.read_json(tmp_path / run_folder.DEVICES) == [
+  assert run_folder.read_json(tmp_path / run_folder.DEVICES, list) == [
       {'from_step': 0, 'devices': 'one device'}]
 
 
@@ -254,9 +254,17 @@ def test_a_damaged_checkpoint_is_named_and_the_older_one_used(stream, tmp_path, 
 
 
 def test_tensorboard_events_hold_the_metrics(stream, tmp_path):
+  """Also where a start killed before its first checkpoint left events (helper-14: steps
+  shown twice): the run from step 0 hides them."""
   from tensorboard.backend.event_processing import event_accumulator
-  _, _, lines = train(lm_task(stream), [config(steps=10, log_every=5, optimizer='adam',
-                                              learning_rate=1e-2)], tmp_path)
+  run_config = config(steps=10, log_every=5, optimizer='adam', learning_rate=1e-2)
+  (tmp_path / 'run_0').mkdir()
+  run_folder.start(tmp_path / 'run_0', run_config.to_dict(), overwrite=False)
+  killed = run_folder.tensorboard(tmp_path / 'run_0', 1)
+  run_folder.write_scalars(killed, 1, {'train/loss': 99.0})
+  run_folder.write_scalars(killed, 5, {'train/loss': 99.0})
+  killed.close()
+  _, _, lines = train(lm_task(stream), [run_config], tmp_path)
   events = event_accumulator.EventAccumulator(str(tmp_path / 'run_0' / 'tensorboard'))
   events.Reload()
   tags = events.Tags()['scalars']
@@ -289,6 +297,8 @@ def test_metrics_lines_and_records(stream, tmp_path):
 @pytest.mark.parametrize('field, value, message', [
     ('steps', 0, 'config.steps: expected an int >= 1, got 0'),
     ('log_every', 1.5, 'config.log_every: expected an int >= 1, got 1.5'),
+    ('seed', 2**32, r'config.seed: expected an int < 2\*\*32 \(a larger seed gives the key of '
+                    r'seed % 2\*\*32\), got 4294967296'),
     ('checkpoint_every', -1, 'config.checkpoint_every: expected an int >= 0, got -1'),
     ('on_divergence', 'ignore', "config.on_divergence: expected one of .* got 'ignore'"),
     ('optimizer', 'adamx', "config.optimizer: expected one of .* got 'adamx'"),

@@ -36,9 +36,14 @@ def check(experiment, configs) -> None:
 
   Raises:
     ValueError: naming the field, from the trainer's and the experiment's
-      checks, or for runs that differ in a field that is not vmappable.
+      checks, for a config of another experiment than ``experiment``
+      (``experiments.<config.experiment>``), or for runs that differ in a field
+      that is not vmappable.
   """
   for config in configs:
+    if f'experiments.{config.get("experiment")}' != experiment.__name__:
+      raise ValueError(f'config.experiment: expected {experiment.__name__.split(".")[-1]!r} (the '
+                       f'experiment this group runs), got {config.get("experiment")!r}')
     trainer.check_config(config)
     try:
       experiment.check_config(config)

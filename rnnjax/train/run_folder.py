@@ -92,12 +92,14 @@ def write_text(path: pathlib.Path, text: str) -> None:
   write_bytes(path, text.encode())
 
 
-def read_json(path: pathlib.Path):
-  """The JSON at ``path``, or None if it is missing or not valid JSON."""
+def read_json(path: pathlib.Path, kind: type = dict):
+  """The JSON at ``path`` (an object, or with ``kind=list`` an array), or None if it
+  is missing, not valid JSON or of another kind (a damaged file reads as no file)."""
   try:
-    return json.loads(pathlib.Path(path).read_text())
+    value = json.loads(pathlib.Path(path).read_text())
   except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError, UnicodeDecodeError):
     return None
+  return value if isinstance(value, kind) else None
 
 
 def _flatten(record, prefix=''):
@@ -130,10 +132,7 @@ def status(folder: pathlib.Path, config: dict, overwrite: bool = False) -> str:
     ValueError: the folder's path or a parent of it is a file.
   """
   folder = pathlib.Path(folder)
-  existing = next(p for p in (folder.absolute(), *folder.absolute().parents) if p.exists())
-  if not existing.is_dir():
-    raise ValueError(f'workdir: {existing} is a file, expected a folder (the run folder {folder} '
-                     'or one that holds it)')
+  check_path(folder)
   if overwrite:
     return 'new'
   saved = read_json(folder / CONFIG)
@@ -156,6 +155,20 @@ def status(folder: pathlib.Path, config: dict, overwrite: bool = False) -> str:
   return 'resume'
 
 
+def check_path(folder: pathlib.Path) -> None:
+  """Raises ValueError where ``folder`` cannot be a folder: it, or the first of its
+  parents that exists, is a file, or a link to nothing."""
+  folder = pathlib.Path(folder)
+  for path in (folder.absolute(), *folder.absolute().parents):
+    if path.is_symlink() and not path.exists():
+      raise ValueError(f'workdir: {path} is a link to {os.readlink(path)}, which does not exist')
+    if path.exists():
+      if not path.is_dir():
+        raise ValueError(f'workdir: {path} is a file, expected a folder (the run folder {folder} '
+                         'or one that holds it)')
+      return
+
+
 def lock(folder: pathlib.Path):
   """Takes the folder's lock for as long as the returned file stays open (or the
   process lives: the kernel drops it at exit, SIGKILL included).
@@ -165,10 +178,17 @@ def lock(folder: pathlib.Path):
 
   Raises:
     FolderInUse: another process holds it; the message names its pid and host.
+    ValueError: from ``check_path``.
+    OSError: the folder or its lock cannot be made or written (a full disk, a
+      read-only file system), with the error's errno and the folder named.
   """
   folder = pathlib.Path(folder)
-  folder.mkdir(parents=True, exist_ok=True)
-  handle = open(folder / LOCK, 'a+')
+  check_path(folder)
+  try:
+    folder.mkdir(parents=True, exist_ok=True)
+    handle = open(folder / LOCK, 'a+')
+  except OSError as error:
+    raise OSError(error.errno, f'{folder}: cannot make it or its lock ({error.strerror})') from None
   try:
     fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
   except BlockingIOError:
@@ -176,10 +196,12 @@ def lock(folder: pathlib.Path):
     holder = handle.read().strip() or 'another process'
     handle.close()
     raise FolderInUse(f'{folder} is in use by {holder}; wait for it to end or stop it') from None
-  handle.seek(0)
-  handle.truncate()
-  handle.write(f'pid {os.getpid()} on host {socket.gethostname()}\n')
-  handle.flush()
+  try:  # unbuffered, so that a failed write leaves nothing for close() to write again
+    os.ftruncate(handle.fileno(), 0)
+    os.write(handle.fileno(), f'pid {os.getpid()} on host {socket.gethostname()}\n'.encode())
+  except OSError as error:
+    handle.close()
+    raise OSError(error.errno, f'{folder}: cannot write its lock ({error.strerror})') from None
   return handle
 
 
@@ -215,7 +237,9 @@ def record_devices(folder: pathlib.Path, devices: str, step: int) -> str | None:
     devices resumed over 1); else None.
   """
   path = pathlib.Path(folder) / DEVICES
-  starts = [entry for entry in read_json(path) or [] if entry['from_step'] < step]
+  starts = [entry for entry in read_json(path, list) or []
+            if isinstance(entry, dict) and isinstance(entry.get('from_step'), int)
+            and entry['from_step'] < step]
   write_json(path, starts + [{'from_step': step, 'devices': devices}])
   if starts and starts[-1]['devices'] != devices:
     return (f'{folder}: resumed at step {step} on {devices}; the steps before it ran on '
@@ -233,16 +257,23 @@ def append_metrics(folder: pathlib.Path, line: dict) -> None:
 
 
 def read_metrics(folder: pathlib.Path) -> list[dict]:
-  """The complete lines of metrics.jsonl (a line cut short by a kill is dropped)."""
+  """The lines of metrics.jsonl: JSON objects with an int ``step``. The last line
+  cut short by a kill is dropped; any other line that is not one (a damaged file)
+  is skipped with a warning naming it, and the lines after it are kept."""
   path = pathlib.Path(folder) / METRICS
   if not path.exists():
     return []
+  texts = path.read_bytes().decode('utf-8', errors='replace').splitlines()
   lines = []
-  for text in path.read_text().splitlines():
+  for number, text in enumerate(texts, 1):
     try:
-      lines.append(json.loads(text))
+      line = json.loads(text)
     except json.JSONDecodeError:
-      break
+      line = None
+    if isinstance(line, dict) and isinstance(line.get('step'), int):
+      lines.append(line)
+    elif number < len(texts):
+      logging.warning('%s: line %d is not a metrics line; skipped', path, number)
   return lines
 
 
@@ -367,7 +398,9 @@ def tensorboard(folder: pathlib.Path, purge_step: int | None):
   event_file_writer, _, event_pb2 = _tensorboardx()
   logdir = pathlib.Path(folder) / TENSORBOARD
   logdir.mkdir(parents=True, exist_ok=True)
-  writer = event_file_writer.EventsWriter(str(logdir / 'events'))
+  # named as tensorboardX names them, plus the nanoseconds: two starts within a second
+  # would otherwise share (and truncate) one file
+  writer = event_file_writer.EventsWriter(str(logdir / 'events'), f'.{time.time_ns()}')
   if purge_step is not None:  # as tensorboardX's SummaryWriter marks a restart
     writer.write_event(event_pb2.Event(
         step=purge_step, wall_time=time.time(),

@@ -112,6 +112,9 @@ def check_config(config) -> None:
     value = config[name]
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
       raise ValueError(f'config.{name}: expected an int >= {low}, got {value!r}')
+  if config.seed >= 2**32:  # jax.random.key keeps a seed's low 32 bits (without x64)
+    raise ValueError(f'config.seed: expected an int < 2**32 (a larger seed gives the key of '
+                     f'seed % 2**32), got {config.seed!r}')
   if config.get('layout', 'auto') not in devices.LAYOUTS:
     raise ValueError(f'config.layout: expected one of {devices.LAYOUTS}, got '
                      f'{config.layout!r}')
@@ -439,8 +442,8 @@ def train(task: Task, configs, folders=None, writer: bool = True,
     state, resumed = _restore(state, folders, managers, devices.replicated(where))
     if writer:
       lines = [run_folder.cut_metrics(folder, resumed) for folder in folders]
-      boards = [run_folder.tensorboard(folder, resumed + 1 if resumed else None)
-                for folder in folders]
+      # resumed + 1 from step 0 too: a start killed before its first checkpoint left events
+      boards = [run_folder.tensorboard(folder, resumed + 1) for folder in folders]
   state = devices.place_state(where, state)
   logging.info('%d run(s) on %s', runs, devices.describe(where))
   if resumed:
