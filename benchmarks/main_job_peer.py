@@ -488,7 +488,7 @@ def main(argv):
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   unknown = set(_MODES.value) - set(MODES)
   if unknown:
-    raise app.UsageError(f'--modes: unknown {sorted(unknown)}; expected some of {MODES}')
+    raise SystemExit(f'error: --modes: unknown {sorted(unknown)}; expected some of {MODES}')
   import jax
   import torch
   torch.set_num_threads(_THREADS.value)

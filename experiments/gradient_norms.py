@@ -14,6 +14,7 @@ of a finished char_lm run (about 10 s). Each writes
 gradient_norms_<source>.md, .csv and .png to --workdir.
 """
 
+import logging as python_logging
 import math
 import pathlib
 
@@ -199,12 +200,13 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   logging.get_absl_handler().addFilter(lambda record: 'orbax' not in record.pathname)
+  python_logging.getLogger('jax._src.xla_bridge').setLevel(python_logging.WARNING)  # no TPU line
   source = FLAGS.source
   radii = tuple(float(r) for r in FLAGS.radii) if FLAGS.radii else DEFAULT_RADII[source]
   if any(not 0 <= r < math.inf for r in radii):
-    raise app.UsageError(f'--radii: expected finite spectral radii >= 0, got {radii}')
+    raise SystemExit(f'error: --radii: expected finite spectral radii >= 0, got {radii}')
   if FLAGS.seeds < 1 or FLAGS.window < 2:
-    raise app.UsageError(f'--seeds: expected >= 1 and --window: expected >= 2, got '
+    raise SystemExit(f'error: --seeds: expected >= 1 and --window: expected >= 2, got '
                          f'{FLAGS.seeds} and {FLAGS.window}')
   workdir = pathlib.Path(FLAGS.workdir)
   workdir.mkdir(parents=True, exist_ok=True)
@@ -239,11 +241,11 @@ def main(argv):
          bands={f'rho={rho}': (low[i], high[i]) for i, rho in enumerate(radii)})
   else:
     if not FLAGS.run:
-      raise app.UsageError('--source=network needs --run=<workdir of a finished char_lm run>')
+      raise SystemExit('error: --source=network needs --run=<workdir of a finished char_lm run>')
     try:
       profiles, distances = network_study(pathlib.Path(FLAGS.run), radii, FLAGS.window)
     except FileNotFoundError as error:
-      raise app.UsageError(str(error)) from None
+      raise SystemExit(f'error: {error}') from None
     shown = [k for k in (1, 2, 5, 10, 20, 40, 60) if k in distances]
     rows = {label: {k: float(p[k - 1]) for k in shown} for label, p in profiles.items()}
     table = write_table(workdir, name, 'network', rows, shown)

@@ -318,8 +318,8 @@ def sweep(radii=RADII, lengths=LENGTHS, hidden_sizes=HIDDEN_SIZES, inputs='text'
   problems = []
   key_inputs, key_params = jax.random.split(jax.random.key(seed))
   try:
-    for run in runs:  # read (and checked) first: a wrong --run fails before the sweep
-      problems.append((pathlib.Path(run).name, *trained_problem(run, sequences, longest)))
+    for folder in runs:  # read (and checked) first: a wrong --run fails before the sweep
+      problems.append((pathlib.Path(folder).name, *trained_problem(folder, sequences, longest)))
     if hidden_sizes:
       all_inputs = initial_inputs(inputs, key_inputs, sequences, longest, input_size)
   except (FileNotFoundError, ValueError, corpora.CorpusError) as error:
@@ -472,26 +472,27 @@ def _numbers(flag: str, values, kind, minimum):
   try:
     numbers = tuple(kind(v) for v in values)
   except ValueError:
-    raise app.UsageError(f'--{flag}: expected {kind.__name__}s, got {",".join(values)}') from None
+    raise SystemExit(f'error: --{flag}: expected {kind.__name__}s, got {",".join(values)}'
+                     ) from None
   if any(not (minimum <= v < math.inf) for v in numbers):
-    raise app.UsageError(f'--{flag}: expected finite values >= {minimum}, got {numbers}')
+    raise SystemExit(f'error: --{flag}: expected finite values >= {minimum}, got {numbers}')
   return numbers
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  logging.get_absl_handler().addFilter(lambda record: 'orbax' not in record.pathname)
+  run.quiet_logs()  # no TPU line, no orbax chatter
   radii = _numbers('radii', FLAGS.radii, float, 0.0)
   lengths = _numbers('lengths', FLAGS.lengths, int, 2)
   hidden_sizes = _numbers('hidden_sizes', FLAGS.hidden_sizes, int, 1)
   if not (hidden_sizes and radii) and not FLAGS.run:
-    raise app.UsageError('nothing to do: give --hidden_sizes and --radii, or --run')
+    raise SystemExit('error: nothing to do: give --hidden_sizes and --radii, or --run')
   for flag in ('sequences', 'input_size', 'max_iterations', 'growth_distance'):
     if getattr(FLAGS, flag) < 1:
-      raise app.UsageError(f'--{flag}: expected an int >= 1, got {getattr(FLAGS, flag)}')
+      raise SystemExit(f'error: --{flag}: expected an int >= 1, got {getattr(FLAGS, flag)}')
   if not FLAGS.tolerance > 0 or not FLAGS.deer_work > 0:
-    raise app.UsageError(f'--tolerance and --deer_work: expected > 0, got {FLAGS.tolerance} '
+    raise SystemExit(f'error: --tolerance and --deer_work: expected > 0, got {FLAGS.tolerance} '
                          f'and {FLAGS.deer_work}')
   workdir = pathlib.Path(FLAGS.workdir)
   started = time.perf_counter()
@@ -502,7 +503,7 @@ def main(argv):
                  max_iterations=FLAGS.max_iterations, deer_work=FLAGS.deer_work,
                  growth_distance=FLAGS.growth_distance)
   except SetupError as error:
-    raise app.UsageError(str(error)) from None
+    raise SystemExit(f'error: {error}') from None
   title = (f'Newton iterations to tolerance {FLAGS.tolerance:g}, median of {FLAGS.sequences} '
            f'sequences (grey: overflow or skipped)\ninit: Gaussian W_hh, tanh, {FLAGS.inputs} '
            f'inputs (d = {FLAGS.input_size}); trained: char_lm on held-out text')

@@ -404,8 +404,9 @@ def run_group_of(experiment, configs, folders, overwrite: bool) -> int:
     if isinstance(error, jax.errors.JaxRuntimeError):
       if 'RESOURCE_EXHAUSTED' not in str(error) and 'Out of memory' not in str(error):
         raise
-      say(f'error: out of memory: {str(error).splitlines()[0]}; expected a smaller model, '
-          'batch or group (--max_group_size)')
+      say(f'error: out of memory: {str(error).splitlines()[0]}; expected a smaller model or '
+          'batch (--config.hidden_size, --config.batch_size), or in a sweep smaller groups '
+          '(launch.sweep --max_group_size)')
       return 1
     say(f'error: {error}' + ('; free some space and run the same command again to resume '
                              'from the last checkpoint' if full else ''))

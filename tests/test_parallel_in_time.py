@@ -83,6 +83,7 @@ def test_a_folder_without_an_ended_run_is_a_one_line_usage_error(tmp_path):
   result = run(f'--run={tmp_path / "nothing"}', '--hidden_sizes=4', '--lengths=8',
                f'--workdir={tmp_path}', check=False)
   assert result.returncode == 1
+  assert result.stderr.startswith('error: ') and result.stderr.count('\n') == 1, result.stderr
   assert 'holds no ended run' in result.stderr and 'python -m launch.run' in result.stderr
   assert not (tmp_path / 'parallel_in_time.csv').exists()
 
