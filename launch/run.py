@@ -292,20 +292,30 @@ def config_path_of(argv) -> str:
 
 
 def unknown_field(config_path: str, argv) -> None:
-  """Exits with one line for a ``--config.NAME=`` whose NAME the config lacks,
-  naming the closest field."""
+  """Exits with one line for a ``--config.NAME=`` (or ``--config.A.B=``) whose
+  field the config lacks, naming the closest one."""
   try:
-    fields = list(load_config_file(config_path).get_config().keys())
+    config = load_config_file(config_path).get_config()
   except Exception:  # a broken config file: absl's parser reports it
     return
   for arg in argv[1:]:
-    match = re.match(r'--config\.([A-Za-z_]\w*)', arg)
-    if match and match.group(1) not in fields:
-      close = difflib.get_close_matches(match.group(1), fields, n=1)
-      hint = f'; did you mean {close[0]}?' if close else f'; the fields are {fields}'
-      print(f'error: --config.{match.group(1)}: {config_path} has no field '
-            f'{match.group(1)!r}{hint}', file=sys.stderr)
-      sys.exit(1)
+    match = re.match(r'--?config\.([A-Za-z_][\w.]*)', arg)
+    if not match:
+      continue
+    holder, path = config, []
+    for name in match.group(1).split('.'):
+      fields = list(holder.keys()) if hasattr(holder, 'keys') else []
+      if name not in fields:
+        where = f'{config_path} has no field {".".join(path + [name])!r}'
+        if not hasattr(holder, 'keys'):
+          hint = f' (config.{".".join(path)} is {holder!r}, which has no fields)'
+        else:
+          close = difflib.get_close_matches(name, fields, n=1)
+          hint = (f'; did you mean {".".join(path + [close[0]])}?' if close else
+                  f'; the fields are {fields}')
+        print(f'error: --config.{match.group(1)}: {where}{hint}', file=sys.stderr)
+        sys.exit(1)
+      holder, path = holder[name], path + [name]
 
 
 def parse_flags(argv, doc: str = __doc__):

@@ -131,6 +131,8 @@ def test_a_finished_run_refuses_another_config_and_overwrites_on_request(tmp_pat
 def test_configuration_errors_are_one_line_without_a_traceback(tmp_path):
   for arguments, message in (
       (['--config.spectral_radus=1.1'], 'did you mean spectral_radius?'),
+      (['--config.steps.x=3'], "has no field 'steps.x' (config.steps is "),  # was "Attribute
+      # <class 'int'>.x does not exist and the type does not support indexing..."
       (['--config.spectral_radius=-1'], 'config.spectral_radius: expected a finite value >= 0'),
       (['--config.optimizer=adamx'], "config.optimizer: expected one of"),
       (['--worker'], 'expected exactly one of --workdir (one run), --group (a group file) '
