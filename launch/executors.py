@@ -217,13 +217,13 @@ def run_job(config_path: str, entries: list) -> int:
   run.enable_compilation_cache()
   run.initialize_distributed()  # a job of several Slurm tasks: one run over all their devices
   config = run.load_config_file(config_path).get_config()
-  configs, folders = run.group_runs(config, entries)
+  configs, folders, overwrites = run.group_runs(config, entries)
   requested = []
   previous = {}
   for signum in (signal.SIGTERM, signal.SIGUSR2):
     previous[signum] = signal.signal(signum, lambda signum, frame: requested.append(signum))
   try:
-    harness.run_group(run.experiment_module(configs[0]), configs, folders, False,
+    harness.run_group(run.experiment_module(configs[0]), configs, folders, overwrites,
                       lambda: bool(requested), run.provenance())
   except trainer.Interrupted:
     print(f'interrupted: signal {requested[0]}; checkpointed', flush=True)

@@ -203,8 +203,10 @@ def quiet_logs() -> None:
 
 
 def group_runs(config, entries):
-  """The (configs, folders) of a group: ``entries`` is a list of ``{"workdir": ...,
-  "overrides": {field: value}}``, each applied to ``config``.
+  """The (configs, folders, overwrites) of a group: ``entries`` is a list of
+  ``{"workdir": ..., "overrides": {field: value}, "overwrite": bool}``, each
+  override applied to ``config``; "overwrite" (default false) clears the run's
+  folder once the group's checks and data have passed (a sweep's changed runs).
 
   Raises:
     ConfigError: for an override of a field the config lacks.
@@ -219,7 +221,7 @@ def group_runs(config, entries):
       raise ConfigError(f'--group: {entry["workdir"]}: {error}') from None
     configs.append(run_config)
     folders.append(pathlib.Path(entry['workdir']))
-  return configs, folders
+  return configs, folders, [entry.get('overwrite') is True for entry in entries]
 
 
 def read_group_file(path: pathlib.Path) -> list:
@@ -390,7 +392,7 @@ JOB_START = '=== launch.run --worker: job taken'
 JOB_END = '=== launch.run --worker: job ended with exit status'
 
 
-def run_group_of(experiment, configs, folders, overwrite: bool) -> int:
+def run_group_of(experiment, configs, folders, overwrite: bool | list[bool]) -> int:
   """Trains a group through the harness and prints how each run ended.
 
   Returns:
@@ -458,8 +460,9 @@ def serve_jobs(config) -> None:
       sys.exit(128 + _STOP[0])
     print(JOB_START, flush=True)
     try:
-      configs, folders = group_runs(config, read_group_file(pathlib.Path(line.strip())))
-      status = run_group_of(experiment_module(configs[0]), configs, folders, False)
+      configs, folders, overwrites = group_runs(config,
+                                                read_group_file(pathlib.Path(line.strip())))
+      status = run_group_of(experiment_module(configs[0]), configs, folders, overwrites)
     except ConfigError as error:
       print(f'error: {error}', file=sys.stderr)
       status = 1
@@ -485,14 +488,16 @@ def main(argv):
       serve_jobs(FLAGS.config)
       return
     if FLAGS.group:
-      configs, folders = group_runs(FLAGS.config, read_group_file(pathlib.Path(FLAGS.group)))
+      configs, folders, overwrites = group_runs(FLAGS.config,
+                                                read_group_file(pathlib.Path(FLAGS.group)))
     else:
-      configs, folders = [FLAGS.config], [pathlib.Path(FLAGS.workdir)]
+      configs, folders, overwrites = [FLAGS.config], [pathlib.Path(FLAGS.workdir)], [False]
     experiment = experiment_module(configs[0])  # a group's overrides may set it
   except (ConfigError, ValueError) as error:
     print(f'error: {error}', file=sys.stderr, flush=True)
     sys.exit(1)
-  sys.exit(run_group_of(experiment, configs, folders, FLAGS.overwrite))
+  sys.exit(run_group_of(experiment, configs, folders,
+                        [FLAGS.overwrite or overwrite for overwrite in overwrites]))
 
 
 if __name__ == '__main__':

@@ -100,11 +100,12 @@ def with_command_line(sweep: list[dict], command_line: dict, config_path: str) -
     run.ConfigError: for a command-line field that ``get_sweep()`` sweeps (gives
       runs different values: the sweep's folders and table are named after them).
   """
-  swept = [name for name in swept_keys(sweep) if name in command_line]
-  if swept:
-    raise run.ConfigError(
-        f'--config.{swept[0]}: get_sweep() in {config_path} sweeps {swept[0]} (its runs '
-        'differ in it); change its values in get_sweep() instead')
+  for given in command_line:
+    for swept in swept_keys(sweep):  # the same field, or one inside the other
+      if given == swept or given.startswith(f'{swept}.') or swept.startswith(f'{given}.'):
+        raise run.ConfigError(
+            f'--config.{given}: get_sweep() in {config_path} sweeps {swept} (its runs '
+            'differ in it); change its values in get_sweep() instead')
   return [{**run_overrides, **command_line} for run_overrides in sweep]
 
 
@@ -131,8 +132,9 @@ def run_configs(base_config, sweep: list[dict]) -> list:
 
 
 def plan_jobs(experiment, configs, folders, todo: list[int], max_group_size: int,
-              parts: int = 1) -> list[list]:
-  """Runs to train, in jobs, in the order they start.
+              parts: int = 1, fresh: set[int] = frozenset()) -> list[list]:
+  """Runs to train, in jobs, in the order they start (``fresh``: the runs whose job
+  clears their folder, grouped as from step 0).
 
   The runs that share a group key and their checkpoint's step are cut into the
   fewest jobs of at most ``max_group_size`` runs, or with 0 into ``parts`` jobs
@@ -147,7 +149,7 @@ def plan_jobs(experiment, configs, folders, todo: list[int], max_group_size: int
   from rnnjax.train import trainer
   groups = {}
   for i in todo:
-    steps = run_folder.saved_steps(folders[i])
+    steps = run_folder.saved_steps(folders[i]) if i not in fresh else []  # fresh: from 0
     key = (trainer.group_key(configs[i], experiment.VMAPPABLE), steps[-1] if steps else 0)
     groups.setdefault(key if max_group_size != 1 else i, []).append(i)
   jobs = []  # (program, runs)
@@ -189,9 +191,9 @@ def last_step(folder: pathlib.Path) -> int:
   return 0
 
 
-def follow(progress, runs, stop: threading.Event, seconds: float = 2.0) -> None:
-  """Moves ``progress`` (in units of work) as the runs' metrics.jsonl grow."""
-  done = {i: last_step(folder) for i, (folder, _, _) in runs.items()}
+def follow(progress, runs, done: dict, stop: threading.Event, seconds: float = 2.0) -> None:
+  """Moves ``progress`` (in units of work) as the runs' metrics.jsonl grow past
+  ``done`` (run -> steps counted already)."""
   while not stop.wait(seconds):
     for i, (folder, weight, steps) in runs.items():
       step = min(last_step(folder), steps)
@@ -223,6 +225,10 @@ def main(argv):
     workdir = pathlib.Path(FLAGS.workdir)
     keys = swept_keys(sweep)
     folders = [workdir / run_name(o, keys) for o in sweep]
+    if len(set(folders)) < len(folders):  # they would share a folder and lock each other out
+      twice = next(f for f in folders if folders.count(f) > 1)
+      raise run.ConfigError(f'get_sweep: runs {[i for i, f in enumerate(folders) if f == twice]} '
+                            f'have the same swept values ({twice.name}); give each run its own')
     failures = {}
     for i, config in enumerate(configs):
       try:
@@ -263,12 +269,11 @@ def main(argv):
       continue
     if status != 'ended':
       todo.append(i)
-  for i in sorted(set(changed) | (set(todo) if FLAGS.overwrite else set())):
-    try:
-      handle = run_folder.lock(folders[i])
-      run_folder.clear(folders[i])
-      handle.close()
-    except run_folder.FolderInUse as error:
+  fresh = set(changed) | (set(todo) if FLAGS.overwrite else set())  # cleared by their job,
+  for i in sorted(fresh):  # once its data and checks passed (a bad --config.data_dir
+    try:                   # had cleared every finished run here, then failed)
+      run_folder.lock(folders[i]).close()
+    except (run_folder.FolderInUse, OSError) as error:
       failures[i] = str(error)
       todo.remove(i)
   if changed:
@@ -279,11 +284,11 @@ def main(argv):
   processes = FLAGS.processes or max(1, cores // threads)
   local = FLAGS.executor == 'local'
   groups = plan_jobs(experiment, configs, folders, todo, FLAGS.max_group_size,
-                     processes if local else 1)
-  jobs = [executors.Job([{'workdir': str(folders[i]), 'overrides': overrides[i]}
-                         for i in group])
+                     processes if local else 1, fresh)
+  jobs = [executors.Job([{'workdir': str(folders[i]), 'overrides': overrides[i],
+                          'overwrite': i in fresh} for i in group])
           for group in groups]
-  resuming = sum(1 for i in todo if i not in changed and run_folder.saved_steps(folders[i]))
+  resuming = sum(1 for i in todo if i not in fresh and run_folder.saved_steps(folders[i]))
   print(f'{len(sweep)} runs: {len(sweep) - len(todo) - len(failures)} ended already, '
         f'{len(failures)} failed their checks, {len(todo)} to train'
         + (f' ({resuming} from their checkpoints)' if resuming else '') + f' in {len(jobs)} job(s)'
@@ -305,11 +310,14 @@ def main(argv):
 
   following = {i: (folders[i], work(experiment, configs[i]), configs[i].steps) for i in todo}
   total = sum(weight * steps for _, weight, steps in following.values())
-  initial = sum(weight * min(last_step(f), steps) for f, weight, steps in following.values())
+  done = {i: 0 if i in fresh else min(last_step(folder), steps)
+          for i, (folder, _, steps) in following.items()}
+  initial = sum(weight * done[i] for i, (_, weight, _) in following.items())
   progress = tqdm.tqdm(total=total, initial=initial, unit='work', file=sys.stdout,
                        bar_format='{l_bar}{bar}| {percentage:3.0f}% [{elapsed}<{remaining}]')
   stop = threading.Event()
-  follower = threading.Thread(target=follow, args=(progress, following, stop), daemon=True)
+  follower = threading.Thread(target=follow, args=(progress, following, done, stop),
+                              daemon=True)
   follower.start()
   index = {str(folders[i]): i for i in todo}
 
@@ -317,7 +325,10 @@ def main(argv):
     for entry in job.entries:
       i = index[entry['workdir']]
       summary = run_folder.read_json(folders[i] / run_folder.SUMMARY)
-      if summary and summary.get('status') in run_folder.ENDED:
+      saved = run_folder.read_json(folders[i] / run_folder.CONFIG)
+      ours = saved is not None and not run_folder.differing_keys(  # not the summary of the
+          saved, harness.config_dict(configs[i]))                  # run a failed job kept
+      if ours and summary and summary.get('status') in run_folder.ENDED:
         progress.write(f'{folders[i].name}: {summary["status"]}')
       else:
         failures[i] = why if returncode != 0 else f'ended without a summary: {why}'

@@ -103,6 +103,19 @@ def test_damaged_run_files_read_as_missing_lines_or_files(tmp_path):
                                                                      'devices': 'cpu'}]
 
 
+@pytest.mark.parametrize('overwrite', [False, True])
+def test_a_folder_of_other_files_is_never_cleared(tmp_path, overwrite):
+  """helper-15: launch.run --workdir=<a sweep's folder> (no config.json) cleared it, the
+  finished runs and tables with it; any folder of somebody's files went the same way."""
+  (tmp_path / 'results.md').write_text('a table')
+  (tmp_path / 'spectral_radius=0.5').mkdir()
+  with pytest.raises(ValueError, match=f'workdir: {tmp_path} holds results.md, '
+                                       r'spectral_radius=0.5 and no config.json: not a run '
+                                       'folder, so nothing in it is cleared'):
+    run_folder.status(tmp_path, {'seed': 0}, overwrite)
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['results.md', 'spectral_radius=0.5']
+
+
 def test_a_finished_run_refuses_another_config_and_overwrites_on_request(tmp_path,
                                                                          shared_data_dir):
   arguments = CHAR_LM[:6] + ['--config.steps=20', '--config.log_every=10',

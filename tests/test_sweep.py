@@ -124,10 +124,27 @@ def test_command_line_fields_set_every_run_and_a_swept_one_is_refused(tmp_path,
           in (workdir / 'results.md').read_text())
   code, output, _ = run_sweep(config, workdir, *flags)
   assert code == 0 and '3 runs: 3 ended already' in output
+  code, output, errors = run_sweep(config, workdir, *flags, f'--config.data_dir={tmp_path}/no')
+  assert code == 1 and '3 run(s) whose config changed will train again' in output
+  assert errors.count('is missing') == 3  # each job failed on its data before clearing its
+  assert summaries(workdir) == ended  # run: the finished runs are kept, not cleared first
   code, output, _ = run_sweep(config, workdir)  # without them: every run's config changed
   assert code == 0 and '3 run(s) whose config changed will train again' in output
   assert all(json.loads((workdir / name / 'config.json').read_text())['learning_rate'] != 0.25
              for name in ended)
+
+
+def test_command_line_fields_replace_the_fixed_ones_and_never_a_swept_one():
+  nested = [{'extra': {'a': 1}, 'steps': 10}, {'extra': {'a': 2}, 'steps': 10}]
+  assert sweep.with_command_line(nested, {'steps': 3, 'seed': 4}, 'f.py') == [
+      {'extra': {'a': 1}, 'steps': 3, 'seed': 4}, {'extra': {'a': 2}, 'steps': 3, 'seed': 4}]
+  # helper-15: --config.extra.a=3 trained both runs of a sweep over extra at a = 3
+  for given, swept, runs in (('extra.a', 'extra', nested), ('extra.b', 'extra', nested),
+                             ('extra', 'extra', nested),
+                             ('extra', 'extra.a', [{'extra.a': 1}, {'extra.a': 2}])):
+    with pytest.raises(run.ConfigError, match=f'--config.{given}: get_sweep\\(\\) in f.py '
+                                              f'sweeps {swept} \\(its runs differ in it\\)'):
+      sweep.with_command_line(runs, {given: 3}, 'f.py')
 
 
 def test_a_workdir_that_cannot_be_a_folder_is_one_line(tmp_path):
@@ -418,6 +435,10 @@ def test_a_misspelt_sweep_key_is_an_error_before_any_run(tmp_path):
   assert code == 1
   assert "get_sweep: run 1 sets ['spectral_radus'], which the config does not have" in errors
   assert not any((tmp_path / 'sweep').glob('*/summary.json'))
+  twice = write_config(tmp_path, radius=0.5, name='twice.py')  # helper-15: locked itself out
+  code, _, errors = run_sweep(twice, tmp_path / 'sweep')
+  assert code == 1 and errors == ('error: get_sweep: runs [0, 2] have the same swept values '
+                                  '(spectral_radius=0.5); give each run its own\n')
 
 
 @pytest.mark.slow

@@ -81,7 +81,8 @@ def check_memory(task, config, runs: int) -> None:
         'model')
 
 
-def run_group(experiment, configs, folders, overwrite: bool = False, stop_requested=None,
+def run_group(experiment, configs, folders, overwrite: bool | list[bool] = False,
+              stop_requested=None,
               provenance: dict | None = None) -> list[dict]:
   """Trains (or resumes) the runs of a group and writes their summaries.
 
@@ -89,7 +90,8 @@ def run_group(experiment, configs, folders, overwrite: bool = False, stop_reques
     experiment: the experiment module (see the module docstring).
     configs: R ``ml_collections.ConfigDict`` configs.
     folders: R ``pathlib.Path`` run folders.
-    overwrite: clear each folder first (its checkpoint included).
+    overwrite: clear each folder first (its checkpoint included), once the
+      checks and the data have passed; or a list of R such flags, one a run.
     stop_requested: passed to ``trainer.train``.
     provenance: what timing.json records of where the run was measured (commit,
       date, host).
@@ -109,7 +111,9 @@ def run_group(experiment, configs, folders, overwrite: bool = False, stop_reques
   """
   check(experiment, configs)
   dicts = [config_dict(c) for c in configs]
-  statuses = [run_folder.status(f, d, overwrite) for f, d in zip(folders, dicts)]
+  overwrites = list(overwrite) if isinstance(overwrite, (list, tuple)) else [overwrite] * len(
+      folders)
+  statuses = [run_folder.status(f, d, o) for f, d, o in zip(folders, dicts, overwrites)]
   summaries = [run_folder.read_json(f / run_folder.SUMMARY) if s == 'ended' else None
                for f, s in zip(folders, statuses)]
   todo = [i for i, s in enumerate(statuses) if s != 'ended']
@@ -127,7 +131,7 @@ def run_group(experiment, configs, folders, overwrite: bool = False, stop_reques
   try:
     if writer:
       for i in todo:
-        run_folder.start(folders[i], dicts[i], overwrite)
+        run_folder.start(folders[i], dicts[i], overwrites[i])
         for name, data in task.artifacts.items():
           run_folder.write_bytes(folders[i] / name, data)
     if jax.process_count() > 1:  # the others read the folders only once process 0 set them up

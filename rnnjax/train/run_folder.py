@@ -45,6 +45,7 @@ CHECKPOINTS = 'checkpoint'
 TENSORBOARD = 'tensorboard'
 LOCK = '.lock'
 LOG = 'log.txt'  # the launcher's log of the process; kept by an overwrite
+RUN_FILES = (CONFIG, METRICS, SUMMARY, TIMING, DEVICES, CHECKPOINTS, TENSORBOARD, LOCK, LOG)
 ENDED = ('finished', 'diverged')
 
 
@@ -94,10 +95,11 @@ def write_text(path: pathlib.Path, text: str) -> None:
 
 def read_json(path: pathlib.Path, kind: type = dict):
   """The JSON at ``path`` (an object, or with ``kind=list`` an array), or None if it
-  is missing, not valid JSON or of another kind (a damaged file reads as no file)."""
+  is missing, unreadable (a folder, no permission), not valid JSON or of another kind
+  (a damaged file reads as no file)."""
   try:
     value = json.loads(pathlib.Path(path).read_text())
-  except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError, UnicodeDecodeError):
+  except (OSError, json.JSONDecodeError, UnicodeDecodeError):
     return None
   return value if isinstance(value, kind) else None
 
@@ -129,10 +131,18 @@ def status(folder: pathlib.Path, config: dict, overwrite: bool = False) -> str:
     ConfigMismatch: the folder's config.json differs from ``config`` (the
       message names the differing keys and says to pass --overwrite), or the
       folder holds run files but no config.json.
-    ValueError: the folder's path or a parent of it is a file.
+    ValueError: the folder's path or a parent of it is a file, or the folder
+      holds files of no run and no config.json (even with ``overwrite``).
   """
   folder = pathlib.Path(folder)
   check_path(folder)
+  if read_json(folder / CONFIG) is None and folder.is_dir():
+    foreign = sorted(entry.name for entry in folder.iterdir() if entry.name not in RUN_FILES
+                     and not (entry.name.startswith('.') and entry.name.endswith('.part')))
+    if foreign:  # a sweep's folder, a checkout, somebody's notes: never cleared
+      raise ValueError(f'workdir: {folder} holds {", ".join(foreign[:4])}'
+                       f'{" ..." if len(foreign) > 4 else ""} and no {CONFIG}: not a run '
+                       'folder, so nothing in it is cleared; give a new or empty folder')
   if overwrite:
     return 'new'
   saved = read_json(folder / CONFIG)
