@@ -128,6 +128,14 @@ def provenance_line(timings) -> str:
           f'(host {", ".join(hosts)}).')
 
 
+def save_figure(figure, path: pathlib.Path) -> None:
+  """Writes a matplotlib figure as PNG (120 dpi) atomically: a full disk left a 0-byte
+  plot where ``savefig`` had opened the file itself."""
+  data = io.BytesIO()
+  figure.savefig(data, dpi=120, format='png')
+  run_folder.write_bytes(path, data.getvalue())
+
+
 def plot_profiles(rows, keys, curve_key: str, path: pathlib.Path) -> None:
   """||dL/dh_{T-k}|| / ||dL/dh_T|| against k (log scale), one curve per value of
   ``curve_key``, one panel per combination of the other swept values; solid: last
@@ -162,7 +170,7 @@ def plot_profiles(rows, keys, curve_key: str, path: pathlib.Path) -> None:
     axes[0][-1].legend(fontsize=7)
   figure.suptitle('gradient-norm profile (solid: last step, dashed: first step)', fontsize=10)
   figure.tight_layout()
-  figure.savefig(path, dpi=120)
+  save_figure(figure, path)
   plt.close(figure)
 
 
@@ -202,7 +210,7 @@ def plot_heatmaps(rows, keys, value: str, x: str, panels, folder: pathlib.Path) 
     figure.colorbar(image, ax=axis, fraction=0.04)
     figure.tight_layout()
     path = folder / f'heatmap_{name}.png'
-    figure.savefig(path, dpi=120)
+    save_figure(figure, path)
     plt.close(figure)
     paths.append(path)
   return paths
