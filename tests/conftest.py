@@ -19,3 +19,27 @@ def shared_data_dir():
   if not (folder / 'tinyshakespeare' / 'input.txt').exists():
     pytest.skip(f'no tinyshakespeare/input.txt under RNNJAX_DATA_DIR={folder}')
   return folder
+
+
+@pytest.fixture
+def tmpfs_disk(tmp_path):
+  """``tmpfs_disk(size)``: a real tmpfs of ``size`` (e.g. '64k') mounted at
+  ``tmp_path / 'disk'``, unmounted after the test (lazily: a test's writer may still
+  hold a file there); the test is skipped where this process may not mount one."""
+  import shutil
+  import subprocess
+  disk = tmp_path / 'disk'
+  mounted = []
+
+  def mount(size: str):
+    disk.mkdir()
+    if not shutil.which('mount') or subprocess.run(
+        ['mount', '-t', 'tmpfs', '-o', f'size={size}', 'tmpfs', str(disk)],
+        capture_output=True).returncode:
+      pytest.skip('cannot mount a tmpfs here')
+    mounted.append(disk)
+    return disk
+
+  yield mount
+  for path in mounted:
+    subprocess.run(['umount', '--lazy', str(path)], check=True)

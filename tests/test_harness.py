@@ -4,7 +4,6 @@ SIGKILL and rerun, a finished run rerun with another config, --overwrite, --help
 import json
 import pathlib
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -229,32 +228,24 @@ def test_a_run_process_reuses_freed_memory_without_page_faults():
 
 
 @pytest.mark.slow
-def test_a_full_disk_is_one_line_and_the_run_resumes_once_there_is_room(tmp_path,
+def test_a_full_disk_is_one_line_and_the_run_resumes_once_there_is_room(tmpfs_disk,
                                                                          shared_data_dir):
-  """A real full disk: a 400 KiB tmpfs (skipped where this process may not mount one).
-  Besides the log lines, stderr holds the error line alone: not split by orbax's
-  threads, nor followed by their "Event loop is closed" tracebacks."""
-  disk = tmp_path / 'disk'
-  disk.mkdir()
-  if not shutil.which('mount') or subprocess.run(
-      ['mount', '-t', 'tmpfs', '-o', 'size=400k', 'tmpfs', str(disk)],
-      capture_output=True).returncode:
-    pytest.skip('cannot mount a tmpfs here')
-  try:
-    arguments = [*CHAR_LM, '--config.steps=3000', '--config.log_every=1',
-                 '--config.checkpoint_every=100']
-    code, _, stderr = run(arguments, disk / 'run')
-    assert code == 1
-    lines = [line for line in stderr.splitlines() if not re.match(r'[IW]\d{4} ', line)]
-    assert len(lines) == 1 and lines[0].startswith('error: ') and lines[0].endswith(
-        '; free some space and run the same command again to resume from the last checkpoint'
-    ), lines[:20]
-    subprocess.run(['mount', '-o', 'remount,size=8m', str(disk)], check=True)  # room again
-    code, stdout, stderr = run(arguments, disk / 'run')
-    assert code == 0, stderr[-2000:]
-    assert 'resumed 1 run(s) from the checkpoint of step' in stderr
-    assert 'finished after 3000 steps' in stdout
-    assert [line['step'] for line in run_folder.read_metrics(disk / 'run')] == list(
-        range(1, 3001))  # the torn last line cut, nothing twice
-  finally:
-    subprocess.run(['umount', str(disk)], check=True)
+  """A real full disk: a 400 KiB tmpfs. Besides the log lines, stderr holds the error
+  line alone: not split by orbax's threads, nor followed by their "Event loop is
+  closed" tracebacks."""
+  disk = tmpfs_disk('400k')
+  arguments = [*CHAR_LM, '--config.steps=3000', '--config.log_every=1',
+               '--config.checkpoint_every=100']
+  code, _, stderr = run(arguments, disk / 'run')
+  assert code == 1
+  lines = [line for line in stderr.splitlines() if not re.match(r'[IW]\d{4} ', line)]
+  assert len(lines) == 1 and lines[0].startswith('error: ') and lines[0].endswith(
+      '; free some space and run the same command again to resume from the last checkpoint'
+  ), lines[:20]
+  subprocess.run(['mount', '-o', 'remount,size=8m', str(disk)], check=True)  # room again
+  code, stdout, stderr = run(arguments, disk / 'run')
+  assert code == 0, stderr[-2000:]
+  assert 'resumed 1 run(s) from the checkpoint of step' in stderr
+  assert 'finished after 3000 steps' in stdout
+  assert [line['step'] for line in run_folder.read_metrics(disk / 'run')] == list(
+      range(1, 3001))  # the torn last line cut, nothing twice

@@ -332,30 +332,20 @@ def test_tensorboard_writer_leaves_torch_unimported(tmp_path):
   assert [(e.step, e.value) for e in events.Scalars('train/loss')] == [(7, 1.5)]
 
 
-def test_tensorboard_on_a_full_disk_raises_in_the_caller_instead_of_hanging(tmp_path):
+def test_tensorboard_on_a_full_disk_raises_in_the_caller_instead_of_hanging(tmpfs_disk):
   """tensorboardX's SummaryWriter wrote from a thread that died on a full disk, and its
   eleventh add_scalar after waited forever; the run's writer raises ENOSPC where it
-  writes. A real 64 KiB tmpfs (skipped where this process may not mount one)."""
+  writes. A real 64 KiB tmpfs."""
   import errno
-  import shutil
-  import subprocess
-  disk = tmp_path / 'disk'
-  disk.mkdir()
-  if not shutil.which('mount') or subprocess.run(
-      ['mount', '-t', 'tmpfs', '-o', 'size=64k', 'tmpfs', str(disk)],
-      capture_output=True).returncode:
-    pytest.skip('cannot mount a tmpfs here')
-  try:
-    writer = run_folder.tensorboard(disk, None)
-    with pytest.raises(OSError) as raised:
-      (disk / 'filler').write_bytes(b'x' * 2**17)
-    assert raised.value.errno == errno.ENOSPC
-    with pytest.raises(OSError) as raised:
-      for step in range(1, 1001):
-        run_folder.write_scalars(writer, step, {f'train/{i}': 1.0 for i in range(12)})
-    assert raised.value.errno == errno.ENOSPC and step < 1000
-  finally:
-    subprocess.run(['umount', '--lazy', str(disk)], check=True)  # the writer's file is open
+  disk = tmpfs_disk('64k')
+  writer = run_folder.tensorboard(disk, None)
+  with pytest.raises(OSError) as raised:
+    (disk / 'filler').write_bytes(b'x' * 2**17)
+  assert raised.value.errno == errno.ENOSPC
+  with pytest.raises(OSError) as raised:
+    for step in range(1, 1001):
+      run_folder.write_scalars(writer, step, {f'train/{i}': 1.0 for i in range(12)})
+  assert raised.value.errno == errno.ENOSPC and step < 1000
 
 
 def test_diagnostics_program_has_no_host_callback_and_host_radii_are_the_spectral_radii(stream):

@@ -136,7 +136,8 @@ def status(folder: pathlib.Path, config: dict, overwrite: bool = False) -> str:
   """
   folder = pathlib.Path(folder)
   check_path(folder)
-  if read_json(folder / CONFIG) is None and folder.is_dir():
+  saved = read_json(folder / CONFIG)
+  if saved is None and folder.is_dir():
     foreign = sorted(entry.name for entry in folder.iterdir() if entry.name not in RUN_FILES
                      and not (entry.name.startswith('.') and entry.name.endswith('.part')))
     if foreign:  # a sweep's folder, a checkout, somebody's notes: never cleared
@@ -145,7 +146,6 @@ def status(folder: pathlib.Path, config: dict, overwrite: bool = False) -> str:
                        'folder, so nothing in it is cleared; give a new or empty folder')
   if overwrite:
     return 'new'
-  saved = read_json(folder / CONFIG)
   if saved is None:
     leftovers = [name for name in (METRICS, SUMMARY, CHECKPOINTS, TENSORBOARD)
                  if (folder / name).exists()]
