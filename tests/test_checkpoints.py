@@ -224,7 +224,7 @@ if mode == 'emfile':  # every descriptor taken, then 1, 2, ... freed before each
       held.append(os.open(os.devnull, os.O_RDONLY))
   except OSError:
     pass
-  for _ in range(24):
+  for _ in range(16):
     results.append(attempt())
     os.close(held.pop())
   for fd in held:

@@ -13,7 +13,8 @@ A run folder's ``checkpoint/`` holds one folder per saved step, the last two kep
 
 Both items of a step are written into one temporary folder that orbax renames to
 ``<step>`` once both are complete, so a kill at any moment leaves either a step
-with its record or a temporary folder (removed by the next ``manager``). A step
+with its record or a temporary folder (removed by the next ``manager`` before its
+first save). A step
 is never trusted without its record: the array data of an OCDBT checkpoint
 carries no checksum of its own (its manifest and b-tree nodes do), so a flipped
 bit in an array chunk restores, without the record, as other values.
@@ -42,6 +43,7 @@ import logging as python_logging
 import os
 import pathlib
 import re
+import selectors
 from typing import Any, Iterator, Sequence
 
 from absl import logging
@@ -210,6 +212,10 @@ class _DrainingLoop(asyncio.SelectorEventLoop):
   def call_exception_handler(self, context: dict) -> None:
     del context
 
+  def __del__(self) -> None:  # one whose own pipe could not be made (EMFILE) has none to close
+    if hasattr(self, '_ssock'):
+      super().__del__()
+
   def close(self) -> None:
     pending = [task for task in asyncio.all_tasks(self) if not task.done()]
     if pending and not self.is_closed():
@@ -232,7 +238,12 @@ def _quiet_orbax():
 
   class Policy(type(policy)):
     def new_event_loop(self):
-      return _DrainingLoop()
+      selector = selectors.DefaultSelector()
+      try:
+        return _DrainingLoop(selector)
+      except OSError:  # EMFILE: the loop's own pipe; its selector is not left open
+        selector.close()
+        raise
 
   asyncio.set_event_loop_policy(Policy())
   absl_logger = python_logging.getLogger('absl')
@@ -430,15 +441,22 @@ def _mismatch(record: dict, target) -> str | None:
 
 
 def _orbax(folder: pathlib.Path, step: int, read):
-  """``read(manager)`` on an orbax manager of the folder's checkpoints that only reads (it
-  creates and removes nothing), its errors classified (``_classified``)."""
+  """``read(handler, path)`` with orbax's handler of the state and the path of the step's
+  state, its errors classified (``_classified``). Reads go to the step's folder alone: a
+  manager would open every step's metadata."""
+  handler = ocp.StandardCheckpointHandler()
   try:
-    with _quiet_orbax(), ocp.CheckpointManager(
-        (folder / CHECKPOINTS).absolute(), item_handlers=_handlers(),
-        options=ocp.CheckpointManagerOptions(create=False)) as reader:
-      return read(reader)
+    with _quiet_orbax():
+      return read(handler, (folder / CHECKPOINTS / str(step) / _STATE).absolute())
   except Exception as error:  # pylint: disable=broad-exception-caught
     raise _classified(error, folder, step) from None
+  finally:
+    handler.close()
+
+
+def _metadata_tree(handler: ocp.StandardCheckpointHandler, path: pathlib.Path):
+  metadata = handler.metadata(path)
+  return getattr(metadata, 'tree', metadata)  # newer orbax wraps the tree in a TreeMetadata
 
 
 def _restore(folder: pathlib.Path, step: int, target=None):
@@ -450,8 +468,7 @@ def _restore(folder: pathlib.Path, step: int, target=None):
     here = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     target = jax.tree_util.tree_map(
         lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=here),
-        _orbax(folder, step, lambda reader: getattr(
-            reader.item_metadata(step)[_STATE], 'tree', reader.item_metadata(step)[_STATE])))
+        _orbax(folder, step, _metadata_tree))
     mismatch = _mismatch(record, target)
     if mismatch:
       raise Damaged(f'{folder}: the checkpoint of step {step} is damaged: its orbax metadata '
@@ -462,8 +479,8 @@ def _restore(folder: pathlib.Path, step: int, target=None):
     if mismatch:
       raise ValueError(f'target: {folder}: the checkpoint of step {step} holds a state of '
                        f'another structure: {mismatch}')
-  state = _orbax(folder, step, lambda reader: reader.restore(step, args=ocp.args.Composite(
-      **{_STATE: ocp.args.StandardRestore(target)}))[_STATE])
+  state = _orbax(folder, step, lambda handler, path: handler.restore(
+      path, args=ocp.args.StandardRestore(target)))
   got = _record(state)['leaves']
   differ = sorted(name for name, entry in record['leaves'].items() if got.get(name) != entry)
   if differ:
