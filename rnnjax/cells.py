@@ -2,85 +2,144 @@
 
 The argument order is ``jax.lax.scan``'s own, so a cell with its params bound
 (``functools.partial(elman_cell, params)``) scans with no adapter. Params are
-plain dicts of arrays in the row-vector layout of d2l (seed note 002):
+any ``Mapping`` of arrays (a dict, flax's ``FrozenDict``) in the row-vector
+layout of d2l:
 
   h_t = phi(x_t W_xh + h_{t-1} W_hh + b)          (Elman 1990, "SRN")
 
-Shapes: ``x [B, d]``, ``carry = h [B, H]`` (float32 by default),
-``W_xh [d, H]``, ``W_hh [H, H]``, ``b [H]``. GRU and LSTM cells keep the same
-signature and PyTorch's gate order. Every ``init_*`` takes ``biases``: 1 (one
-bias per block, d2l's count h(d + h + 1)) or 2 (PyTorch's input and hidden
-biases, h(d + h + 2) per block; seed note 002, "Formulas").
+Shapes: ``x [B, d]``, ``carry = h [B, H]`` (float32 by default; ``[H]``
+is broadcast over the batch), ``W_xh [d, H]``, ``W_hh [H, H]``, ``b [H]``.
+phi is 'tanh', 'relu', 'linear' or any callable ``[B, H] -> [B, H]`` applied
+per step (``jax.nn.gelu``). GRU and LSTM cells keep the same signature and
+PyTorch's gate order. Every ``init_*`` takes ``biases``: 0 (no bias, as
+PyTorch's ``bias=False``), 1 (one bias per block, d2l's count h(d + h + 1))
+or 2 (PyTorch's input and hidden biases, h(d + h + 2) per block); a cell
+reads whichever of ``b`` and ``b_hh`` its params hold.
 
 Every cell computes in its params' floating dtype: ``x`` and the carry are
 cast to it and the new carry comes back in it (the rule of every path,
-``rnnjax.recurrence``). Each cell checks, before any work, that ``x`` has d
-features and that the carry is the kind it carries (Elman, GRU: one array;
-LSTM: an ``(h, c)`` pair) with the batch axes of ``x`` and H units, and raises
-a ValueError naming ``inputs`` or ``initial_state`` otherwise.
+``rnnjax.recurrence``). Each cell checks, before any work, that ``x`` is a
+floating array of d features and that the carry is the kind it carries
+(Elman, GRU: one array; LSTM: an ``(h, c)`` pair) with the batch axes of
+``x`` (or none) and H units, and raises a ValueError naming ``inputs`` or
+``initial_state`` otherwise.
+
+References:
+  Elman (1990), "Finding structure in time", Cognitive Science 14(2),
+  eq. 1-2 (the simple recurrent network). Zhang, Lipton, Li & Smola, "Dive
+  into Deep Learning", sections 9.4 (the row-vector layout and its parameter
+  count), 10.1 (LSTM) and 10.2 (GRU). The worked examples these cells
+  reproduce: ``docs/reference_numbers.md``, "The Elman recurrence".
 """
 
+from collections.abc import Callable, Mapping
 import functools
 import math
 import numbers
+from typing import Any
 
 import jax
+from jax.typing import ArrayLike
 import jax.numpy as jnp
 import numpy as np
 
 from rnnjax import initializers
 from rnnjax import recurrence
 
-ACTIVATIONS = {'tanh': jnp.tanh, 'relu': jax.nn.relu, 'linear': lambda a: a}
+__all__ = [
+    'ACTIVATIONS', 'Activation', 'Params', 'RECURRENT_INITS', 'activation_derivative',
+    'activation_function', 'bias', 'elman', 'elman_cell', 'gru_cell', 'init_elman', 'init_gru',
+    'init_lstm', 'lstm_cell',
+]
+
+Params = Mapping[str, Any]
+"""A cell's params: any ``Mapping`` (dict, ``FrozenDict``) of names to arrays."""
+
+Activation = str | Callable[[jax.Array], jax.Array]
+"""phi: a name of ``ACTIVATIONS`` or a callable applied to each step's pre-activation."""
+
+ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
+    'tanh': jnp.tanh, 'relu': jax.nn.relu, 'linear': lambda a: a}
 
 RECURRENT_INITS = ('gaussian', 'orthogonal', 'identity', 'uniform')
 
+_GATES = {'elman': 1, 'gru': 3, 'lstm': 4}  # blocks of H in the weights' second axis
+_BIASES = ('b', 'b_hh')
 
-def _shapes(carry):
+
+def activation_function(activation: Activation) -> Callable[[jax.Array], jax.Array]:
+  """phi for ``activation``: the function of a name in ``ACTIVATIONS``, or the callable.
+
+  Args:
+    activation: 'tanh', 'relu', 'linear', or a callable ``[..., H] -> [..., H]``
+      (e.g. ``jax.nn.gelu``) applied to each step's pre-activation a_t.
+
+  Returns:
+    phi, a function of an array.
+
+  Raises:
+    ValueError: naming ``activation`` for an unknown name or a value that is
+      neither a name nor callable.
+  """
+  if isinstance(activation, str):
+    if activation in ACTIVATIONS:
+      return ACTIVATIONS[activation]
+  elif callable(activation):
+    return activation
+  raise ValueError(f'activation: expected one of {sorted(ACTIVATIONS)}, got {activation!r} '
+                   '(or a callable phi, e.g. jax.nn.gelu)')
+
+
+def _shapes(carry: Any) -> str:
   """The kind and shape(s) of a carry, for messages."""
   if isinstance(carry, (tuple, list)):
     return f'a {type(carry).__name__} of {len(carry)}: {[getattr(c, "shape", c) for c in carry]}'
   return f'one array of shape {carry.shape}' if hasattr(carry, 'shape') else repr(carry)
 
 
-def check_step(name, params, carry, x_shape, weights, pair=False):
+def check_step(name: str, params: Params, carry: Any, x_shape: tuple[int, ...],
+               weights: tuple[str, str], pair: bool = False) -> None:
   """Checks one step's input shape and carry against a cell's params, before any work.
 
   Args:
     name: the cell, for messages ('elman', 'gru', 'lstm').
-    params: the cell's params.
-    carry: one ``[..., H]`` array, or with ``pair`` an ``(h, c)`` pair of them.
+    params: the cell's params, any ``Mapping``; biases ``b`` and ``b_hh`` are
+      optional.
+    carry: one ``[..., H]`` array, or with ``pair`` an ``(h, c)`` pair of them,
+      of the batch axes of the input or of none (``[H]``, broadcast).
     x_shape: the shape of one step's input, ``[..., d]``.
     weights: the names of the input and the recurrent weight (``[d, G H]``,
       ``[H, G H]``).
     pair: the cell carries an ``(h, c)`` pair (LSTM).
 
   Raises:
-    ValueError: naming ``params`` (not the cell's weights, or shapes that do not
-      fit together: ``[d, G H]``, ``[H, G H]`` and biases ``[G H]``, G = 1, 3,
-      4 for Elman, GRU, LSTM), ``inputs`` (last axis not d) or
-      ``initial_state`` (not the cell's kind, last axis not H, or batch axes
-      other than those of the input), with the expected and the given shape.
+    ValueError: naming ``params`` (not a Mapping holding the cell's weights,
+      or shapes that do not fit together: ``[d, G H]``, ``[H, G H]`` and
+      biases ``[G H]``, G = 1, 3, 4 for Elman, GRU, LSTM), ``inputs`` (last
+      axis not d) or ``initial_state`` (not the cell's kind, last axis not H,
+      or batch axes other than those of the input), with the expected and the
+      given shape.
   """
   gates = _GATES[name]
-  shapes = ({key: tuple(getattr(value, 'shape', ())) for key, value in params.items()}
-            if isinstance(params, dict) else None)
-  if shapes is None or any(w not in shapes for w in weights) or 'b' not in shapes:
-    raise ValueError(f'params: expected the {name} cell\'s {[*weights, "b"]} (as init_{name} '
-                     f'makes them), got {shapes if shapes is not None else type(params).__name__}')
+  shapes = ({key: tuple(jnp.shape(value)) for key, value in params.items()}
+            if isinstance(params, Mapping) else None)
+  if shapes is None or any(w not in shapes for w in weights):
+    raise ValueError(f'params: expected the {name} cell\'s {[*weights, "b"]} (b and b_hh '
+                     f'optional; as init_{name} makes them), got '
+                     f'{shapes if shapes is not None else type(params).__name__}')
   hidden = shapes[weights[1]][0] if len(shapes[weights[1]]) == 2 else None
   width = None if hidden is None else gates * hidden
   if (hidden is None or shapes[weights[1]] != (hidden, width) or len(shapes[weights[0]]) != 2
       or shapes[weights[0]][1] != width or
-      any(shapes[key] != (width,) for key in ('b', 'b_hh') if key in shapes)):
+      any(shapes[key] != (width,) for key in _BIASES if key in shapes)):
     blocks = 'H' if gates == 1 else f'{gates} H'
     raise ValueError(f'params: expected {weights[0]} [d, {blocks}], {weights[1]} [H, {blocks}] '
                      f'and biases [{blocks}] of one H for the {name} cell, got {shapes}')
   x_shape = tuple(x_shape)
-  input_size, hidden_size = params[weights[0]].shape[0], params[weights[1]].shape[0]
+  input_size, hidden_size = shapes[weights[0]][0], shapes[weights[1]][0]
   if x_shape[-1:] != (input_size,):
     raise ValueError(f'inputs: expected last axis d = {input_size} ({weights[0]} is '
-                     f'{list(params[weights[0]].shape)}), got shape {x_shape} per step')
+                     f'{list(shapes[weights[0]])}), got shape {x_shape} per step')
   is_pair = (isinstance(carry, (tuple, list)) and len(carry) == 2
              and all(hasattr(c, 'shape') for c in carry))
   if not (is_pair if pair else hasattr(carry, 'shape')):
@@ -91,51 +150,65 @@ def check_step(name, params, carry, x_shape, weights, pair=False):
     if state.shape[-1:] != (hidden_size,):
       raise ValueError(f'initial_state: expected last axis H = {hidden_size}, '
                        f'got shape {state.shape}')
-    if state.shape[:-1] != x_shape[:-1]:
+    if state.shape[:-1] not in (x_shape[:-1], ()):
       raise ValueError(f'initial_state: expected shape {x_shape[:-1] + (hidden_size,)} (the '
-                       f'batch axes of the inputs, then H), got shape {state.shape}')
+                       f'batch axes of the inputs, then H; or [H], broadcast), got shape '
+                       f'{state.shape}')
 
 
-_GATES = {'elman': 1, 'gru': 3, 'lstm': 4}  # blocks of H in the weights' second axis
-
-
-def _in_params_dtype(params, x, carry):
-  """``(x, carry)`` cast to the params' dtype (``recurrence.compute_dtype``)."""
+def _in_params_dtype(params: Params, x: ArrayLike, carry: Any) -> tuple[jax.Array, Any]:
+  """``(x, carry)`` cast to the params' dtype (``recurrence.compute_dtype``), after
+  checking that ``x`` is floating."""
+  recurrence.check_floating('inputs', x)
   return recurrence.cast_floating((x, carry), recurrence.compute_dtype(params))
 
 
-def elman_cell(params, carry, x, activation: str = 'tanh'):
+def elman_cell(params: Params, carry: ArrayLike, x: ArrayLike,
+               activation: Activation = 'tanh') -> tuple[jax.Array, jax.Array]:
   """One step of the Elman network, in the params' dtype.
 
+    h_t = phi(x_t W_xh + h_{t-1} W_hh + b)
+
   Args:
-    params: ``{'W_xh': [d, H], 'W_hh': [H, H], 'b': [H]}``.
-    carry: ``h_{t-1} [B, H]`` (or ``[H]``).
-    x: ``x_t [B, d]`` (or ``[d]``).
-    activation: 'tanh', 'relu' or 'linear' (the last for closed-form tests).
+    params: ``{'W_xh': [d, H], 'W_hh': [H, H], 'b': [H]}`` (``b`` optional,
+      ``b_hh [H]`` added where present), any ``Mapping``.
+    carry: ``h_{t-1} <float>[B, H]`` (or ``[H]``, broadcast over the batch).
+    x: ``x_t <float>[B, d]`` (or ``[d]``).
+    activation: phi: 'tanh', 'relu', 'linear' (the last for closed-form
+      tests) or a callable such as ``jax.nn.gelu``.
 
   Returns:
-    ``(h_t, h_t)``: the new state, once as carry and once as output, in the
-    params' dtype.
+    ``(h_t, h_t)``: the new state ``[B, H]``, once as carry and once as
+    output, in the params' dtype.
 
   Raises:
     ValueError: as ``check_step``: params that are not Elman weights of one
       H, the last axis of ``x`` not d, a carry that is not one array, of last
-      axis other than H or batch axes other than those of ``x``; params of two
-      floating dtypes; an unknown activation.
+      axis other than H or batch axes other than those of ``x``; ``x`` not
+      floating (naming ``inputs`` and its dtype); params of two floating
+      dtypes; an unknown activation.
 
   References:
-    Elman (1990), "Finding Structure in Time"; seed notes 000 to 002.
+    Elman (1990), "Finding structure in time", eq. 1-2; worked examples:
+    ``docs/reference_numbers.md``, "The Elman recurrence".
   """
-  if activation not in ACTIVATIONS:
-    raise ValueError(f'activation: expected one of {sorted(ACTIVATIONS)}, got {activation!r}')
+  phi = activation_function(activation)
   check_step('elman', params, carry, jnp.shape(x), ('W_xh', 'W_hh'))
   x, carry = _in_params_dtype(params, x, carry)
-  h = ACTIVATIONS[activation](x @ params['W_xh'] + carry @ params['W_hh'] + bias(params))
+  h = phi(x @ params['W_xh'] + carry @ params['W_hh'] + bias(params))
   return h, h
 
 
-def activation_derivative(states, activation: str = 'tanh'):
+def activation_derivative(states: jax.Array, activation: str = 'tanh') -> jax.Array:
   """phi'(a_t) from the states h_t = phi(a_t): 1 - h^2 (tanh), [h > 0] (relu), 1 (linear).
+
+  Args:
+    states: ``h = phi(a)``, any shape.
+    activation: a name of ``ACTIVATIONS`` (a callable's derivative cannot be
+      read from its values; ``rnnjax.fused`` takes it by autodiff).
+
+  Returns:
+    phi'(a), of the shape and dtype of ``states``.
 
   Raises:
     ValueError: for another activation.
@@ -149,32 +222,49 @@ def activation_derivative(states, activation: str = 'tanh'):
   raise ValueError(f"activation: expected 'tanh', 'relu' or 'linear', got {activation!r}")
 
 
-def bias(params):
-  """The summed bias: ``b``, plus PyTorch's second bias ``b_hh`` where present."""
-  return params['b'] + params['b_hh'] if 'b_hh' in params else params['b']
+def bias(params: Params) -> jax.Array:
+  """The summed bias of an Elman cell: ``b``, plus PyTorch's second bias ``b_hh`` where present.
+
+  Args:
+    params: Elman params (``elman_cell``).
+
+  Returns:
+    ``[H]``: ``b + b_hh``, the one present, or zeros of the dtype of ``W_hh``
+    for a cell without bias.
+  """
+  present = [params[key] for key in _BIASES if key in params]
+  if not present:
+    return jnp.zeros(jnp.shape(params['W_hh'])[-1:], jnp.result_type(params['W_hh']))
+  return present[0] + present[1] if len(present) == 2 else present[0]
 
 
-def elman(activation: str = 'tanh'):
+def elman(activation: Activation = 'tanh') -> Callable[..., tuple[jax.Array, jax.Array]]:
   """``elman_cell`` with its activation bound, ready to scan.
 
+  Args:
+    activation: as ``elman_cell``.
+
+  Returns:
+    ``cell(params, carry, x) -> (h_t, h_t)``.
+
   Raises:
-    ValueError: if ``activation`` is not one of ``ACTIVATIONS``.
+    ValueError: if ``activation`` is neither a name of ``ACTIVATIONS`` nor callable.
   """
-  if activation not in ACTIVATIONS:
-    raise ValueError(f'activation: expected one of {sorted(ACTIVATIONS)}, got {activation!r}')
+  activation_function(activation)
   return functools.partial(elman_cell, activation=activation)
 
 
-def _check_sizes(input_size, hidden_size, biases):
+def _check_sizes(input_size: Any, hidden_size: Any, biases: Any) -> None:
   for name, size in (('input_size', input_size), ('hidden_size', hidden_size)):
     if isinstance(size, (bool, np.bool_)) or not isinstance(size, (int, np.integer)) or size < 1:
       raise ValueError(f'{name}: expected a positive int, got {size!r}')
-  if biases not in (1, 2):
-    raise ValueError(f'biases: expected 1 or 2, got {biases!r}')
+  if isinstance(biases, (bool, np.bool_)) or biases not in (0, 1, 2):
+    raise ValueError(f'biases: expected 0, 1 or 2, got {biases!r}')
 
 
-def init_elman(key, input_size: int, hidden_size: int, recurrent_init: str = 'gaussian',
-               radius: float = 1.0, input_scale: float | None = None, biases: int = 1):
+def init_elman(key: jax.Array, input_size: int, hidden_size: int,
+               recurrent_init: str = 'gaussian', radius: ArrayLike = 1.0,
+               input_scale: float | None = None, biases: int = 1) -> dict[str, jax.Array]:
   """Parameters of an Elman cell.
 
   Args:
@@ -189,16 +279,23 @@ def init_elman(key, input_size: int, hidden_size: int, recurrent_init: str = 'ga
       0-d array, traced under ``vmap`` for one init per radius.
     input_scale: W_xh ~ N(0, input_scale^2); default 1/sqrt(d). With
       'uniform' W_xh is PyTorch's uniform too.
-    biases: 1 (``b``) or 2 (``b`` and ``b_hh``, as PyTorch; they are summed).
+    biases: 0 (no bias, PyTorch's ``bias=False``), 1 (``b``) or 2 (``b`` and
+      ``b_hh``, as PyTorch; they are summed).
 
   Returns:
     ``{'W_xh': <float32>[d, H], 'W_hh': <float32>[H, H], 'b': <float32>[H]}``
-    (and ``'b_hh': [H]`` with biases=2); biases are 0 (uniform:
-    U(+-1/sqrt(H)) each).
+    (no ``'b'`` with biases=0, and ``'b_hh': [H]`` with biases=2); biases
+    are 0 (uniform: U(+-1/sqrt(H)) each).
 
   Raises:
-    ValueError: for a size that is not an int >= 1, a radius or input_scale
-      that is not a finite value >= 0, or an unknown init name.
+    ValueError: for a size that is not an int >= 1, biases not 0, 1 or 2, a
+      radius or input_scale that is not a finite value >= 0, or an unknown
+      init name.
+
+  References:
+    Pascanu, Mikolov & Bengio (2013), "On the difficulty of training
+    recurrent neural networks", section 2.1 (the spectral radius of W_hh);
+    the initializers: ``rnnjax.initializers``.
   """
   _check_sizes(input_size, hidden_size, biases)
   input_size, hidden_size = int(input_size), int(hidden_size)
@@ -211,10 +308,9 @@ def init_elman(key, input_size: int, hidden_size: int, recurrent_init: str = 'ga
     params = {
         'W_xh': initializers.pytorch_uniform(key_x, (input_size, hidden_size), hidden_size),
         'W_hh': initializers.pytorch_uniform(key_h, (hidden_size, hidden_size), hidden_size),
-        'b': initializers.pytorch_uniform(key_b, (hidden_size,), hidden_size),
     }
-    if biases == 2:
-      params['b_hh'] = initializers.pytorch_uniform(key_b2, (hidden_size,), hidden_size)
+    for name, bias_key in list(zip(_BIASES, (key_b, key_b2)))[:biases]:
+      params[name] = initializers.pytorch_uniform(bias_key, (hidden_size,), hidden_size)
     return params
   if recurrent_init == 'gaussian':
     w_hh = initializers.gaussian_at_radius(key_h, hidden_size, radius)
@@ -228,23 +324,25 @@ def init_elman(key, input_size: int, hidden_size: int, recurrent_init: str = 'ga
   params = {
       'W_xh': scale * jax.random.normal(key_x, (input_size, hidden_size), jnp.float32),
       'W_hh': w_hh,
-      'b': jnp.zeros((hidden_size,), jnp.float32),
   }
-  if biases == 2:
-    params['b_hh'] = jnp.zeros((hidden_size,), jnp.float32)
+  for name in _BIASES[:biases]:
+    params[name] = jnp.zeros((hidden_size,), jnp.float32)
   return params
 
 
-def _gate_preactivations(params, x, h):
-  """``x W_x + b`` and ``h W_h (+ b_hh)``, each ``[B, blocks * H]``."""
-  from_input = x @ params['W_x'] + params['b']
+def _gate_preactivations(params: Params, x: jax.Array, h: jax.Array
+                         ) -> tuple[jax.Array, jax.Array]:
+  """``x W_x (+ b)`` and ``h W_h (+ b_hh)``, each ``[B, blocks * H]``."""
+  from_input = x @ params['W_x']
+  if 'b' in params:
+    from_input = from_input + params['b']
   from_state = h @ params['W_h']
   if 'b_hh' in params:
     from_state = from_state + params['b_hh']
   return from_input, from_state
 
 
-def gru_cell(params, carry, x):
+def gru_cell(params: Params, carry: ArrayLike, x: ArrayLike) -> tuple[jax.Array, jax.Array]:
   """One GRU step, PyTorch's equations and gate order (r, z, n), in the params' dtype.
 
     r = sigmoid(x W_xr + b_r + h W_hr + b_hr)       reset gate
@@ -253,56 +351,62 @@ def gru_cell(params, carry, x):
     h' = (1 - z) * n + z * h                        z = 1 keeps the old state
 
   Args:
-    params: ``{'W_x': [d, 3H], 'W_h': [H, 3H], 'b': [3H]}`` (+ ``'b_hh': [3H]``).
-    carry: ``h [B, H]``.
-    x: ``[B, d]``.
+    params: ``{'W_x': [d, 3H], 'W_h': [H, 3H], 'b': [3H]}`` (+ ``'b_hh': [3H]``;
+      biases optional), any ``Mapping``.
+    carry: ``h <float>[B, H]`` (or ``[H]``, broadcast over the batch).
+    x: ``<float>[B, d]``.
 
   Returns:
-    ``(h', h')`` in the params' dtype.
+    ``(h', h')``, ``[B, H]`` in the params' dtype.
 
   Raises:
     ValueError: as ``check_step`` (x not of d features; a carry that is not
-      one array of the batch axes of x and H units); params of two floating
-      dtypes.
+      one array of the batch axes of x and H units); ``x`` not floating;
+      params of two floating dtypes.
 
   References:
-    Cho et al. (2014); d2l 10.2 (seed note 002); torch.nn.GRU's documentation.
+    Cho et al. (2014), "Learning phrase representations using RNN
+    encoder-decoder for statistical machine translation", eq. 5-8; d2l 10.2;
+    torch.nn.GRU's documentation (the placement of b_hn).
   """
-  check_step('gru', params, carry, x.shape, ('W_x', 'W_h'))
-  x, carry = _in_params_dtype(params, x, carry)
-  from_input, from_state = _gate_preactivations(params, x, carry)
+  check_step('gru', params, carry, jnp.shape(x), ('W_x', 'W_h'))
+  x, h = _in_params_dtype(params, x, carry)
+  from_input, from_state = _gate_preactivations(params, x, h)
   input_r, input_z, input_n = jnp.split(from_input, 3, axis=-1)
   state_r, state_z, state_n = jnp.split(from_state, 3, axis=-1)
   r = jax.nn.sigmoid(input_r + state_r)
   z = jax.nn.sigmoid(input_z + state_z)
   n = jnp.tanh(input_n + r * state_n)
-  h = (1 - z) * n + z * carry
-  return h, h
+  new = (1 - z) * n + z * h
+  return new, new
 
 
-def lstm_cell(params, carry, x):
+def lstm_cell(params: Params, carry: tuple[ArrayLike, ArrayLike], x: ArrayLike
+              ) -> tuple[tuple[jax.Array, jax.Array], jax.Array]:
   """One LSTM step, PyTorch's gate order (i, f, g, o); carry ``(h, c)``; in the params' dtype.
 
     i, f, o = sigmoid(.), g = tanh(.)  of  x W_x + b + h W_h (+ b_hh)
     c' = f * c + i * g,   h' = o * tanh(c')
 
   Args:
-    params: ``{'W_x': [d, 4H], 'W_h': [H, 4H], 'b': [4H]}`` (+ ``'b_hh': [4H]``).
-    carry: ``(h, c)``, each ``[B, H]``.
-    x: ``[B, d]``.
+    params: ``{'W_x': [d, 4H], 'W_h': [H, 4H], 'b': [4H]}`` (+ ``'b_hh': [4H]``;
+      biases optional), any ``Mapping``.
+    carry: ``(h, c)``, each ``<float>[B, H]`` (or ``[H]``, broadcast).
+    x: ``<float>[B, d]``.
 
   Returns:
-    ``((h', c'), h')`` in the params' dtype.
+    ``((h', c'), h')``, each ``[B, H]`` in the params' dtype.
 
   Raises:
     ValueError: as ``check_step`` (x not of d features; a carry that is not an
-      (h, c) pair of arrays of the batch axes of x and H units); params of two
-      floating dtypes.
+      (h, c) pair of arrays of the batch axes of x and H units); ``x`` not
+      floating; params of two floating dtypes.
 
   References:
-    Hochreiter & Schmidhuber (1997); d2l 10.1 (seed note 002).
+    Hochreiter & Schmidhuber (1997), "Long short-term memory"; Gers,
+    Schmidhuber & Cummins (2000) (the forget gate); d2l 10.1.
   """
-  check_step('lstm', params, carry, x.shape, ('W_x', 'W_h'), pair=True)
+  check_step('lstm', params, carry, jnp.shape(x), ('W_x', 'W_h'), pair=True)
   x, (h, c) = _in_params_dtype(params, x, carry)
   from_input, from_state = _gate_preactivations(params, x, h)
   i, f, g, o = jnp.split(from_input + from_state, 4, axis=-1)
@@ -311,33 +415,53 @@ def lstm_cell(params, carry, x):
   return (h, c), h
 
 
-def _init_gated(key, input_size, hidden_size, blocks, biases):
+def _init_gated(key: jax.Array, input_size: int, hidden_size: int, blocks: int, biases: int
+                ) -> dict[str, jax.Array]:
   _check_sizes(input_size, hidden_size, biases)
   keys = jax.random.split(key, 4)
   uniform = lambda k, shape: initializers.pytorch_uniform(k, shape, hidden_size)
   params = {'W_x': uniform(keys[0], (input_size, blocks * hidden_size)),
-            'W_h': uniform(keys[1], (hidden_size, blocks * hidden_size)),
-            'b': uniform(keys[2], (blocks * hidden_size,))}
-  if biases == 2:
-    params['b_hh'] = uniform(keys[3], (blocks * hidden_size,))
+            'W_h': uniform(keys[1], (hidden_size, blocks * hidden_size))}
+  for name, bias_key in list(zip(_BIASES, keys[2:]))[:biases]:
+    params[name] = uniform(bias_key, (blocks * hidden_size,))
   return params
 
 
-def init_gru(key, input_size: int, hidden_size: int, biases: int = 2):
-  """GRU params, PyTorch's init U(+-1/sqrt(H)): ``W_x [d, 3H]``, ``W_h [H, 3H]``,
-  ``b [3H]`` (+ ``b_hh [3H]`` with biases=2, PyTorch's layout).
+def init_gru(key: jax.Array, input_size: int, hidden_size: int, biases: int = 2
+             ) -> dict[str, jax.Array]:
+  """GRU params, PyTorch's init U(+-1/sqrt(H)).
+
+  Args:
+    key: a ``jax.random`` key.
+    input_size: d.
+    hidden_size: H.
+    biases: 0 (none), 1 (``b``) or 2 (``b`` and ``b_hh``, PyTorch's layout).
+
+  Returns:
+    ``{'W_x': <float32>[d, 3H], 'W_h': <float32>[H, 3H], 'b': <float32>[3H],
+    'b_hh': <float32>[3H]}`` (the biases as ``biases`` asks).
 
   Raises:
-    ValueError: for a size < 1 or biases not in (1, 2).
+    ValueError: for a size < 1 or biases not in (0, 1, 2).
   """
   return _init_gated(key, input_size, hidden_size, 3, biases)
 
 
-def init_lstm(key, input_size: int, hidden_size: int, biases: int = 2):
-  """LSTM params, PyTorch's init U(+-1/sqrt(H)): ``W_x [d, 4H]``, ``W_h [H, 4H]``,
-  ``b [4H]`` (+ ``b_hh [4H]`` with biases=2).
+def init_lstm(key: jax.Array, input_size: int, hidden_size: int, biases: int = 2
+              ) -> dict[str, jax.Array]:
+  """LSTM params, PyTorch's init U(+-1/sqrt(H)).
+
+  Args:
+    key: a ``jax.random`` key.
+    input_size: d.
+    hidden_size: H.
+    biases: 0 (none), 1 (``b``) or 2 (``b`` and ``b_hh``, PyTorch's layout).
+
+  Returns:
+    ``{'W_x': <float32>[d, 4H], 'W_h': <float32>[H, 4H], 'b': <float32>[4H],
+    'b_hh': <float32>[4H]}`` (the biases as ``biases`` asks).
 
   Raises:
-    ValueError: for a size < 1 or biases not in (1, 2).
+    ValueError: for a size < 1 or biases not in (0, 1, 2).
   """
   return _init_gated(key, input_size, hidden_size, 4, biases)

@@ -17,17 +17,35 @@ ordered layer by layer, so ``h_n.reshape(layers, directions, B, H)`` is the
 combinators' ``[layers, directions, B, H]`` and ``h.reshape(-1, B, H)``
 goes back.
 
+A module built with ``bias=False`` has no bias entries and converts to
+cell params without biases (``cells.init_elman(..., biases=0)``), and back.
+
 Every converter returns float32, whatever the dtype it is given (a module
 moved to bfloat16 or float16, float64 arrays): bfloat16 and float16 values
 convert exactly, float64 ones round to nearest. Tensors are converted with
-``Tensor.float()`` first, since numpy has no bfloat16 of its own.
+``Tensor.float()`` first, since numpy has no bfloat16 of its own. Params may
+be any ``Mapping`` (flax's ``FrozenDict`` included).
+
+References:
+  PyTorch's ``nn.RNN``, ``nn.GRU`` and ``nn.LSTM`` documentation (the
+  layouts and gate orders).
 """
 
-import numpy as np
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
 import jax.numpy as jnp
+import numpy as np
+
+__all__ = ['elman_from_torch', 'elman_to_torch', 'gated_from_torch', 'gated_to_torch',
+           'stack_from_torch', 'stack_to_torch']
+
+StateDict = Mapping[str, Any]
+"""Names to tensors or arrays, as ``module.state_dict()`` gives them."""
 
 
-def _float32(value):
+def _float32(value: Any) -> np.ndarray:
   """A tensor (any float dtype, bfloat16 included, any device) or an array as a float32
   numpy array."""
   if hasattr(value, 'detach'):  # a torch.Tensor: numpy() has no bfloat16
@@ -35,8 +53,8 @@ def _float32(value):
   return np.asarray(value, np.float32)
 
 
-def _getter(state_dict, layer, suffix):
-  def get(name):
+def _getter(state_dict: StateDict, layer: int, suffix: str) -> Callable[[str], np.ndarray]:
+  def get(name: str) -> np.ndarray:
     key = f'{name}_l{layer}{suffix}'
     if key not in state_dict:
       raise KeyError(f'state_dict: no entry {key!r}; it has {sorted(state_dict)}')
@@ -44,7 +62,8 @@ def _getter(state_dict, layer, suffix):
   return get
 
 
-def elman_from_torch(state_dict, layer: int = 0, suffix: str = ''):
+def elman_from_torch(state_dict: StateDict, layer: int = 0, suffix: str = ''
+                     ) -> dict[str, jax.Array]:
   """rnnjax params of layer ``layer`` of an ``nn.RNN`` state_dict.
 
   Args:
@@ -54,51 +73,85 @@ def elman_from_torch(state_dict, layer: int = 0, suffix: str = ''):
     suffix: '' for the forward direction, '_reverse' for the backward one.
 
   Returns:
-    ``{'W_xh': <float32>[d, H], 'W_hh': <float32>[H, H], 'b': <float32>[H]}``.
+    ``{'W_xh': <float32>[d, H], 'W_hh': <float32>[H, H], 'b': <float32>[H]}``
+    with ``b`` the sum of the biases present; no ``b`` for a module without
+    biases (``bias=False``).
 
   Raises:
     KeyError: naming the missing entry.
   """
   get = _getter(state_dict, layer, suffix)
-  bias = np.zeros(get('weight_hh').shape[0], np.float32)
-  for name in ('bias_ih', 'bias_hh'):
-    if f'{name}_l{layer}{suffix}' in state_dict:
-      bias = bias + get(name)
-  return {'W_xh': jnp.asarray(get('weight_ih').T), 'W_hh': jnp.asarray(get('weight_hh').T),
-          'b': jnp.asarray(bias)}
+  params = {'W_xh': jnp.asarray(get('weight_ih').T), 'W_hh': jnp.asarray(get('weight_hh').T)}
+  biases = [get(name) for name in ('bias_ih', 'bias_hh')
+            if f'{name}_l{layer}{suffix}' in state_dict]
+  if biases:
+    params['b'] = jnp.asarray(sum(biases, np.zeros(params['W_hh'].shape[0], np.float32)))
+  return params
 
 
-def elman_to_torch(params, layer: int = 0, suffix: str = ''):
+def _biases_to_torch(params: Mapping[str, np.ndarray], layer: int, suffix: str
+                     ) -> dict[str, np.ndarray]:
+  """``bias_ih`` = b and ``bias_hh`` = b_hh (zero where one is missing); none for params
+  without biases (a module with ``bias=False``)."""
+  if 'b' not in params and 'b_hh' not in params:
+    return {}
+  zeros = np.zeros_like(params['b'] if 'b' in params else params['b_hh'])
+  return {f'bias_ih_l{layer}{suffix}': params.get('b', zeros).copy(),
+          f'bias_hh_l{layer}{suffix}': params.get('b_hh', zeros).copy()}
+
+
+def elman_to_torch(params: Mapping[str, Any], layer: int = 0, suffix: str = ''
+                   ) -> dict[str, np.ndarray]:
   """A state_dict fragment (numpy arrays) for ``nn.RNN`` holding ``params``.
 
   ``b`` goes to ``bias_ih``; ``bias_hh`` is ``b_hh`` where the params have
-  one, else zero, so their sum is the cell's bias. Load it with
-  ``module.load_state_dict({k: torch.from_numpy(v) ...})``. Params of any
-  float dtype give float32 arrays.
+  one, else zero, so their sum is the cell's bias. Params without biases give
+  no bias entries (load them into ``nn.RNN(..., bias=False)``). Load it with
+  ``module.load_state_dict({k: torch.from_numpy(v) ...})``.
+
+  Args:
+    params: Elman params (``cells.init_elman``), any float dtype.
+    layer: the layer index l in ``weight_ih_l{l}``.
+    suffix: '' for the forward direction, '_reverse' for the backward one.
+
+  Returns:
+    ``{'weight_ih_l{l}{suffix}': <float32>[H, d], 'weight_hh_l{l}{suffix}':
+    <float32>[H, H], 'bias_ih_l{l}{suffix}': <float32>[H],
+    'bias_hh_l{l}{suffix}': <float32>[H]}`` (no biases for params without).
   """
   params = {k: _float32(v) for k, v in params.items()}
   return {f'weight_ih_l{layer}{suffix}': params['W_xh'].T.copy(),
           f'weight_hh_l{layer}{suffix}': params['W_hh'].T.copy(),
-          f'bias_ih_l{layer}{suffix}': params['b'].copy(),
-          f'bias_hh_l{layer}{suffix}': params.get('b_hh', np.zeros_like(params['b'])).copy()}
+          **_biases_to_torch(params, layer, suffix)}
 
 
-def gated_from_torch(state_dict, layer: int = 0, suffix: str = ''):
-  """GRU or LSTM params of one layer of an ``nn.GRU`` / ``nn.LSTM`` state_dict
-  (tensors or arrays of any float dtype, bfloat16 included).
+def gated_from_torch(state_dict: StateDict, layer: int = 0, suffix: str = ''
+                     ) -> dict[str, jax.Array]:
+  """GRU or LSTM params of one layer of an ``nn.GRU`` / ``nn.LSTM`` state_dict.
+
+  Args:
+    state_dict: mapping of names to tensors or arrays of any float dtype
+      (bfloat16 included).
+    layer: the layer index l in ``weight_ih_l{l}``.
+    suffix: '' for the forward direction, '_reverse' for the backward one.
 
   Returns:
-    ``{'W_x': [d, G H], 'W_h': [H, G H], 'b': [G H], 'b_hh': [G H]}``.
+    ``{'W_x': <float32>[d, G H], 'W_h': <float32>[H, G H], 'b': <float32>[G H],
+    'b_hh': <float32>[G H]}`` (each bias only where the state_dict has it).
 
   Raises:
     KeyError: naming the missing entry.
   """
   get = _getter(state_dict, layer, suffix)
-  return {'W_x': jnp.asarray(get('weight_ih').T), 'W_h': jnp.asarray(get('weight_hh').T),
-          'b': jnp.asarray(get('bias_ih')), 'b_hh': jnp.asarray(get('bias_hh'))}
+  params = {'W_x': jnp.asarray(get('weight_ih').T), 'W_h': jnp.asarray(get('weight_hh').T)}
+  for name, entry in (('b', 'bias_ih'), ('b_hh', 'bias_hh')):
+    if f'{entry}_l{layer}{suffix}' in state_dict:
+      params[name] = jnp.asarray(get(entry))
+  return params
 
 
-def gated_to_torch(params, layer: int = 0, suffix: str = ''):
+def gated_to_torch(params: Mapping[str, Any], layer: int = 0, suffix: str = ''
+                   ) -> dict[str, np.ndarray]:
   """A state_dict fragment (numpy arrays) for ``nn.GRU`` / ``nn.LSTM`` holding ``params``.
 
   Args:
@@ -110,37 +163,38 @@ def gated_to_torch(params, layer: int = 0, suffix: str = ''):
   Returns:
     ``{'weight_ih_l{l}{suffix}': <float32>[G H, d], 'weight_hh_l{l}{suffix}':
     <float32>[G H, H], 'bias_ih_l{l}{suffix}': <float32>[G H],
-    'bias_hh_l{l}{suffix}': <float32>[G H]}``; ``bias_hh`` is zero where the
-    params have no ``b_hh``.
+    'bias_hh_l{l}{suffix}': <float32>[G H]}``; a bias is zero where the
+    params have only the other, and both are left out for params without
+    biases.
   """
   params = {k: _float32(v) for k, v in params.items()}
   return {f'weight_ih_l{layer}{suffix}': params['W_x'].T.copy(),
           f'weight_hh_l{layer}{suffix}': params['W_h'].T.copy(),
-          f'bias_ih_l{layer}{suffix}': params['b'].copy(),
-          f'bias_hh_l{layer}{suffix}': params.get('b_hh', np.zeros_like(params['b'])).copy()}
+          **_biases_to_torch(params, layer, suffix)}
 
 
 BLOCKS = {'elman': 1, 'gru': 3, 'lstm': 4}
 SUFFIXES = ('', '_reverse')
 
 
-def _shape(state_dict, key):
+def _shape(state_dict: StateDict, key: str) -> tuple[int, ...]:
   if key not in state_dict:
     raise KeyError(f'state_dict: no entry {key!r}; it has {sorted(state_dict)}')
   return tuple(np.shape(state_dict[key]))
 
 
-def _check_cell(cell):
+def _check_cell(cell: str) -> None:
   if cell not in BLOCKS:
     raise ValueError(f'cell: expected one of {tuple(BLOCKS)}, got {cell!r}')
 
 
-def stack_from_torch(state_dict, cell: str, num_layers: int, bidirectional: bool):
+def stack_from_torch(state_dict: StateDict, cell: str, num_layers: int, bidirectional: bool
+                     ) -> list[list[dict[str, jax.Array]]]:
   """``[layers][directions]`` params (``rnnjax.combinators``) of a PyTorch stack.
 
   The state_dict is that of ``nn.RNN`` (cell 'elman'), ``nn.GRU`` ('gru') or
   ``nn.LSTM`` ('lstm') built with ``num_layers`` and ``bidirectional``
-  (bias=True; ``nn.RNN`` also bias=False). Every entry must be used: one more
+  (bias=True, or bias=False: cell params without biases). Every entry must be used: one more
   layer, a backward direction or an LSTM projection (``weight_hr``) that the
   arguments do not account for is an error, not silently dropped.
 
@@ -195,7 +249,7 @@ def stack_from_torch(state_dict, cell: str, num_layers: int, bidirectional: bool
           for layer in range(num_layers)]
 
 
-def stack_to_torch(params, cell: str):
+def stack_to_torch(params: list[list[Mapping[str, Any]]], cell: str) -> dict[str, np.ndarray]:
   """A state_dict (numpy arrays) of a PyTorch stack holding ``[layers][directions]`` params.
 
   Load it into ``nn.RNN`` / ``nn.GRU`` / ``nn.LSTM(d, H, num_layers=L,
@@ -226,8 +280,8 @@ def stack_to_torch(params, cell: str):
   if not params or len(directions) != 1 or directions - {1, 2}:
     raise ValueError(f'params: expected a non-empty list over layers of lists of 1 or 2 '
                      f'directions, got directions {[len(p) for p in params]}')
-  names, recurrent = (('W_xh', 'W_hh', 'b'), 'W_hh') if cell == 'elman' else (
-      ('W_x', 'W_h', 'b'), 'W_h')
+  names, recurrent = (('W_xh', 'W_hh'), 'W_hh') if cell == 'elman' else (
+      ('W_x', 'W_h'), 'W_h')
   to_torch = elman_to_torch if cell == 'elman' else gated_to_torch
   state_dict = {}
   for layer, layer_params in enumerate(params):

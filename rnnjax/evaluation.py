@@ -1,22 +1,37 @@
 """Scoring text with a language model: cross-entropy, masked NLL, perplexity.
 
 Units: nats per token; bits per token = nats / ln 2. Perplexity = exp of the
-token-weighted mean NLL over non-pad targets, reported as inf past a cap
-(seed note 000).
+token-weighted mean NLL over non-pad targets, reported as inf past a cap of
+20 nats per token.
+
+``evaluate`` and ``evaluate_streaming`` run one compiled program per model
+and shapes: module-level ``jax.jit`` functions with the model a static
+argument (no cache of this module's own; JAX's jit cache holds the programs
+and ``jax.clear_caches()`` drops them). A second call with the same (or an
+equal) model and the same shapes compiles nothing.
+
+References:
+  Jelinek, Mercer, Bahl & Baker (1977), "Perplexity: a measure of the
+  difficulty of speech recognition tasks"; the cap and the masked mean:
+  ``docs/reference_numbers.md``, "Language models".
 """
 
 import functools
 import math
+from typing import Any
 
 import jax
+from jax.typing import ArrayLike
 import jax.numpy as jnp
 import numpy as np
 import optax
 
 from rnnjax.data import batching
 
+__all__ = ['cross_entropy', 'evaluate', 'evaluate_streaming', 'masked_nll', 'perplexity']
 
-def _check_targets(logits, targets):
+
+def _check_targets(logits: jax.Array, targets: jax.Array) -> None:
   """Targets of shape logits.shape[:-1], ids in [0, V) when concrete."""
   if jnp.shape(targets) != jnp.shape(logits)[:-1]:
     raise ValueError(f'targets: expected shape {jnp.shape(logits)[:-1]} = the leading axes of '
@@ -24,8 +39,15 @@ def _check_targets(logits, targets):
   batching.check_ids('targets', targets, jnp.shape(logits)[-1])
 
 
-def cross_entropy(logits, targets):
+def cross_entropy(logits: jax.Array, targets: jax.Array) -> jax.Array:
   """Mean negative log-likelihood in nats: ``[B, T, V], <int>[B, T] -> scalar``.
+
+  Args:
+    logits: ``<float>[..., V]``.
+    targets: ``<int>[...]``, the leading axes of ``logits``, ids in [0, V).
+
+  Returns:
+    ``<float32>[]``, nats per target.
 
   Raises:
     ValueError: for targets not of shape [B, T] = logits' leading axes, no
@@ -37,14 +59,15 @@ def cross_entropy(logits, targets):
   return optax.softmax_cross_entropy_with_integer_labels(logits, targets).mean()
 
 
-def masked_nll(logits, targets, mask):
+def masked_nll(logits: jax.Array, targets: jax.Array, mask: jax.Array
+               ) -> tuple[jax.Array, jax.Array]:
   """Summed NLL in nats over the positions where ``mask`` is true, and their count.
 
   Args:
     logits: ``<float32>[B, T, V]``.
     targets: ``<int32>[B, T]``.
     mask: ``<bool>[B, T]``, false at padding (excluded from the loss, as
-      ``ignore_index`` in seed note 000).
+      PyTorch's ``ignore_index``).
 
   Returns:
     ``(nll_sum <float32>[], count <float32>[])``; the token-weighted mean NLL
@@ -65,9 +88,9 @@ def masked_nll(logits, targets, mask):
   return jnp.sum(jnp.where(mask, nll, 0.0)), jnp.sum(mask).astype(jnp.float32)
 
 
-def perplexity(nll_sum: float, count: float, max_loss: float = 20.0) -> float:
+def perplexity(nll_sum: ArrayLike, count: ArrayLike, max_loss: ArrayLike = 20.0) -> float:
   """exp of the token-weighted mean NLL; inf when that mean exceeds ``max_loss`` nats
-  (never an overflow; seed note 000 caps at 20) or is not finite.
+  (never an overflow) or is not finite.
 
   Args:
     nll_sum: summed NLL in nats over ``count`` predicted tokens.
@@ -81,37 +104,41 @@ def perplexity(nll_sum: float, count: float, max_loss: float = 20.0) -> float:
     ValueError: for a count that is not a finite number > 0, an nll_sum that is
       not a number or is < 0 (inf and NaN give inf), or a max_loss that is not
       a number >= 0; on the host (not under ``jit``).
+
+  References:
+    Jelinek et al. (1977); the cap of 20 nats: ``docs/reference_numbers.md``,
+    "Language models".
   """
-  def number(value):
+  def number(value: Any) -> bool:
     return (not isinstance(value, (bool, str, jax.core.Tracer)) and np.ndim(value) == 0 and
             np.asarray(value).dtype.kind in 'iuf')
-  if not number(count) or not 0 < float(count) < math.inf:
+  value = lambda number: float(np.asarray(number))
+  if not number(count) or not 0 < value(count) < math.inf:
     raise ValueError(f'count: expected a finite number of tokens > 0, got {count!r}')
-  if not number(nll_sum) or float(nll_sum) < 0:  # NaN (a diverged model) gives inf
+  if not number(nll_sum) or value(nll_sum) < 0:  # NaN (a diverged model) gives inf
     raise ValueError(f'nll_sum: expected a summed negative log-likelihood >= 0, got {nll_sum!r}')
-  if not number(max_loss) or not float(max_loss) >= 0:
+  if not number(max_loss) or not value(max_loss) >= 0:
     raise ValueError(f'max_loss: expected a number of nats >= 0, got {max_loss!r}')
-  mean = float(nll_sum) / float(count)
-  return math.exp(mean) if math.isfinite(mean) and mean <= max_loss else math.inf
+  mean = value(nll_sum) / value(count)
+  return math.exp(mean) if math.isfinite(mean) and mean <= value(max_loss) else math.inf
 
 
-@functools.lru_cache(maxsize=None)
-def _windows(model):
-  @jax.jit
-  def run(params, inputs, targets):
-    def window(carry, batch):
-      logits, carry = model.apply({'params': params}, batch[0], carry)
-      return carry, cross_entropy(logits, batch[1])
-    _, losses = jax.lax.scan(window, model.initial_state(inputs.shape[1]), (inputs, targets))
-    return losses
-  return run
+@functools.partial(jax.jit, static_argnums=0)
+def _window_losses(model: Any, params: Any, inputs: jax.Array, targets: jax.Array) -> jax.Array:
+  """``<float32>[W]``: the mean NLL of each window, the state carried across windows."""
+  def window(carry: Any, batch: tuple[jax.Array, jax.Array]) -> tuple[Any, jax.Array]:
+    logits, carry = model.apply({'params': params}, batch[0], carry)
+    return carry, cross_entropy(logits, batch[1])
+  _, losses = jax.lax.scan(window, model.initial_state(inputs.shape[1]), (inputs, targets))
+  return losses
 
 
-def evaluate(model, params, inputs, targets) -> float:
+def evaluate(model: Any, params: Any, inputs: ArrayLike, targets: ArrayLike) -> float:
   """Mean NLL in nats per token over a stream cut by ``text.stream_windows``.
 
   Args:
-    model: a ``models.LanguageModel``.
+    model: a ``models.LanguageModel`` (hashable: a static argument of the
+      compiled program).
     params: its params.
     inputs, targets: ``<int32>[W, B, tau]``; the state is carried across
       the W windows, starting from zero.
@@ -131,39 +158,40 @@ def evaluate(model, params, inputs, targets) -> float:
     raise ValueError(f'targets: expected the shape of inputs {inputs.shape}, got {targets.shape}')
   batching.check_ids('inputs', inputs, model.vocab_size)
   batching.check_ids('targets', targets, model.vocab_size)
-  losses = jax.device_get(_windows(model)(params, inputs, targets))
+  losses = jax.device_get(_window_losses(model, params, inputs, targets))
   return math.fsum(float(x) for x in losses) / len(losses)
 
 
-def _kahan_add(total, compensation, value):
+def _kahan_add(total: jax.Array, compensation: jax.Array, value: jax.Array
+               ) -> tuple[jax.Array, jax.Array]:
   """Compensated summation (Kahan 1965): float32 sums of millions of terms to ~1e-7."""
   corrected = value - compensation
   new_total = total + corrected
   return new_total, (new_total - total) - corrected
 
 
-@functools.lru_cache(maxsize=None)
-def _streaming(model):
-  @jax.jit
-  def run(params, ids):
-    variables = {'params': params}
+@functools.partial(jax.jit, static_argnums=0)
+def _streaming_total(model: Any, params: Any, ids: jax.Array) -> jax.Array:
+  """``<float32>[]``: the summed NLL of the next-token predictions of ``ids [B, N]``, one
+  step at a time with a compensated sum."""
+  variables = {'params': params}
 
-    def step(t, carry):
-      state, total, compensation = carry
-      token = jax.lax.dynamic_slice_in_dim(ids, t, 1, axis=1)  # [B, 1], read in place
-      target = jax.lax.dynamic_index_in_dim(ids, t + 1, axis=1, keepdims=False)
-      logits, state = model.apply(variables, token, state)
-      nll = optax.softmax_cross_entropy_with_integer_labels(logits[:, 0], target)
-      return (state, *_kahan_add(total, compensation, jnp.sum(nll)))
+  def step(t: jax.Array, carry: tuple[Any, jax.Array, jax.Array]
+           ) -> tuple[Any, jax.Array, jax.Array]:
+    state, total, compensation = carry
+    token = jax.lax.dynamic_slice_in_dim(ids, t, 1, axis=1)  # [B, 1], read in place
+    target = jax.lax.dynamic_index_in_dim(ids, t + 1, axis=1, keepdims=False)
+    logits, state = model.apply(variables, token, state)
+    nll = optax.softmax_cross_entropy_with_integer_labels(logits[:, 0], target)
+    return (state, *_kahan_add(total, compensation, jnp.sum(nll)))
 
-    _, total, _ = jax.lax.fori_loop(
-        0, ids.shape[1] - 1, step,
-        (model.initial_state(ids.shape[0]), jnp.float32(0.0), jnp.float32(0.0)))
-    return total
-  return run
+  _, total, _ = jax.lax.fori_loop(
+      0, ids.shape[1] - 1, step,
+      (model.initial_state(ids.shape[0]), jnp.float32(0.0), jnp.float32(0.0)))
+  return total
 
 
-def evaluate_streaming(model, params, ids) -> float:
+def evaluate_streaming(model: Any, params: Any, ids: ArrayLike) -> float:
   """Mean NLL in nats per token of B long streams, forward only, one step at a time.
 
   Memory is O(1) in the stream length: the loop keeps one state ``[B, H]``
@@ -173,7 +201,8 @@ def evaluate_streaming(model, params, ids) -> float:
   on the same streams cut into windows.
 
   Args:
-    model: a ``models.LanguageModel``.
+    model: a ``models.LanguageModel`` (hashable: a static argument of the
+      compiled program).
     params: its params.
     ids: ``<int32>[B, N]``: B streams of N >= 2 tokens; the N - 1 next-token
       predictions of each are scored from a zero initial state.
@@ -184,10 +213,14 @@ def evaluate_streaming(model, params, ids) -> float:
   Raises:
     ValueError: for ids not of shape [B, N] with B >= 1 and N >= 2, or ids
       outside [0, V) (V = ``model.vocab_size``).
+
+  References:
+    Kahan (1965), "Further remarks on reducing truncation errors"
+    (compensated summation).
   """
   ids = jnp.asarray(ids)
   if ids.ndim != 2 or ids.shape[0] < 1 or ids.shape[1] < 2:
     raise ValueError(f'ids: expected shape [B >= 1, N >= 2], got {ids.shape}')
   batching.check_ids('ids', ids, model.vocab_size)
-  total = float(_streaming(model)(params, ids))
+  total = float(_streaming_total(model, params, ids))
   return total / (ids.shape[0] * (ids.shape[1] - 1))

@@ -2,13 +2,20 @@
 
 Forward: the input projection for all T steps is one large matmul,
 A_x = X W_xh, then a loop does only h_t = phi(A_x[t] + h_{t-1} W_hh + b), in
-the layout the inputs come in (no transposes). Backward (a ``jax.custom_vjp``), from the
-saved states alone:
+the layout the inputs come in (no transposes). Backward (a ``jax.custom_vjp``):
 
-  G_T = dL/dh_T (final state),  da_t = phi'(h_t) * (g_t + G_t),
+  G_T = dL/dh_T (final state),  da_t = phi'(a_t) * (g_t + G_t),
   G_{t-1} = da_t W_hh^T                                  (reverse loop)
   dW_hh = sum_t h_{t-1}^T da_t,  dW_xh = sum_t x_t^T da_t,  db = sum_t da_t,
   dX = dA W_xh^T,  dh_0 = G_0                            (large matmuls)
+
+For the named activations phi'(a_t) is read from the saved states alone
+(``cells.activation_derivative``: 1 - h^2, [h > 0], 1), the fast path. For a
+callable phi (``jax.nn.gelu``) the forward loop also keeps the
+pre-activations a_t (one more ``[T, B, H]`` buffer, written over the
+projection in place) and the backward loop takes da_t = phi'(a_t) * (.) as
+``jax.vjp`` of phi at a_t: exact for any phi of a step's ``[B, H]``, with no
+derivative to write by hand.
 
 where g_t is the cotangent of output t. With ``lengths`` a step t >= length
 leaves the state unchanged and outputs zero: there da_t = 0 and the carry
@@ -26,11 +33,14 @@ float32 rounding (tests/test_fused.py) and is what the models use.
 
 References:
   Williams & Zipser (1995), "Gradient-based learning algorithms for recurrent
-  networks" (BPTT); seed note 001, "backpropagation through time" (the same
-  recursion in column layout).
+  networks and their computational complexity" (BPTT); Pascanu, Mikolov &
+  Bengio (2013), "On the difficulty of training recurrent neural networks",
+  eq. 3-5 (the same recursion in column layout).
 """
 
+from collections.abc import Callable
 import functools
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -39,23 +49,21 @@ import numpy as np
 from rnnjax import cells
 from rnnjax import recurrence
 
+__all__ = ['checkpointed_elman_layer', 'elman_layer']
+
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
-def _elman(activation, unroll, axis, w_hh, bias, projected, initial, alive):
+def _elman(activation: cells.Activation, unroll: int, axis: int, w_hh: jax.Array,
+           bias: jax.Array, projected: jax.Array, initial: jax.Array,
+           alive: jax.Array | None) -> jax.Array:
   """States of h_t = phi(projected[t] + h_{t-1} W_hh + b), with time on ``axis`` of
   ``projected`` (0: ``[T, B, H]``, 1: ``[B, T, H]``); where ``alive[t]`` (``[T, B, 1]``)
-  is False the state is kept and the output is zero.
-
-  The forward loop works in place: it overwrites projected[t] with h_t, so the saved
-  states are the only [T, B, H] buffer kept for the backward pass, which reads g_t from
-  the incoming cotangents and writes da_t to a buffer of its own (written over the
-  buffer it reads, under ``vmap`` XLA copied that buffer whole at every step: 864 ms
-  against 278 ms at B = 64, T = 128, H = 512). The bias is added inside the loop
-  (adding it to the whole projection first cost one more such buffer)."""
-  return _forward_rule(activation, unroll, axis, w_hh, bias, projected, initial, alive)[0]
+  is False the state is kept and the output is zero."""
+  return _states(cells.activation_function(activation), unroll, axis, w_hh, bias, projected,
+                 initial, alive)
 
 
-def _at(array, t, axis):
+def _at(array: jax.Array, t: Any, axis: int) -> jax.Array:
   """``array`` at index t of ``axis`` (that axis dropped), a plain dynamic slice."""
   starts = [0] * array.ndim
   starts[axis] = t
@@ -64,7 +72,7 @@ def _at(array, t, axis):
   return jnp.squeeze(jax.lax.dynamic_slice(array, starts, sizes), axis)
 
 
-def _put(array, value, t, axis):
+def _put(array: jax.Array, value: jax.Array, t: Any, axis: int) -> jax.Array:
   """``array`` with ``value`` written at index t of ``axis``: a plain dynamic update slice
   (``dynamic_update_index_in_dim`` lowers to a scatter under ``vmap``, and XLA then copies
   the whole buffer at every step of the loop)."""
@@ -73,34 +81,84 @@ def _put(array, value, t, axis):
   return jax.lax.dynamic_update_slice(array, jnp.expand_dims(value, axis), starts)
 
 
-def _forward_rule(activation, unroll, axis, w_hh, bias, projected, initial, alive):
-  phi = cells.ACTIVATIONS[activation]
+def _step(phi: Callable[[jax.Array], jax.Array], a: jax.Array, h: jax.Array,
+          keep: jax.Array | None) -> tuple[jax.Array, jax.Array]:
+  """The new state and the output of a step of pre-activation ``a`` (a masked step,
+  ``keep`` False, keeps ``h`` and outputs 0)."""
+  new = phi(a)
+  if keep is None:
+    return new, new
+  return jnp.where(keep, new, h), jnp.where(keep, new, 0.0)
 
-  def step(t, carry):
+
+def _states(phi: Callable[[jax.Array], jax.Array], unroll: int, axis: int, w_hh: jax.Array,
+            bias: jax.Array, projected: jax.Array, initial: jax.Array,
+            alive: jax.Array | None) -> jax.Array:
+  """The forward loop, in place: it overwrites projected[t] with h_t, so the states are
+  the only [T, B, H] buffer it keeps (for a named activation, the only one the backward
+  pass needs). The bias is added inside the loop (adding it to the whole projection
+  first cost one more such buffer)."""
+  def step(t: jax.Array, carry: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
     h, buffer = carry
-    new = phi(_at(buffer, t, axis) + h @ w_hh + bias)
-    if alive is None:
-      h, output = new, new
-    else:
-      keep = _at(alive, t, 0)
-      h, output = jnp.where(keep, new, h), jnp.where(keep, new, 0.0)
+    a = _at(buffer, t, axis) + h @ w_hh + bias
+    h, output = _step(phi, a, h, None if alive is None else _at(alive, t, 0))
     return h, _put(buffer, output, t, axis)
 
   _, states = jax.lax.fori_loop(0, projected.shape[axis], step, (initial, projected),
                                 unroll=unroll)
-  return states, (w_hh, states, initial, alive)
+  return states
 
 
-def _backward_rule(activation, unroll, axis, residuals, g_states):
-  w_hh, states, initial, alive = residuals
+def _states_and_preactivations(phi: Callable[[jax.Array], jax.Array], unroll: int, axis: int,
+                               w_hh: jax.Array, bias: jax.Array, projected: jax.Array,
+                               initial: jax.Array, alive: jax.Array | None
+                               ) -> tuple[jax.Array, jax.Array]:
+  """The forward loop for a callable phi: the states, and the pre-activations a_t written
+  over the projection in place (the one more [T, B, H] buffer its derivative needs)."""
+  def step(t: jax.Array, carry: tuple[jax.Array, jax.Array, jax.Array]
+           ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    h, buffer, states = carry
+    a = _at(buffer, t, axis) + h @ w_hh + bias
+    h, output = _step(phi, a, h, None if alive is None else _at(alive, t, 0))
+    return h, _put(buffer, a, t, axis), _put(states, output, t, axis)
+
+  _, preactivations, states = jax.lax.fori_loop(
+      0, projected.shape[axis], step, (initial, projected, jnp.zeros_like(projected)),
+      unroll=unroll)
+  return states, preactivations
+
+
+def _forward_rule(activation: cells.Activation, unroll: int, axis: int, w_hh: jax.Array,
+                  bias: jax.Array, projected: jax.Array, initial: jax.Array,
+                  alive: jax.Array | None) -> tuple[jax.Array, tuple[Any, ...]]:
+  if isinstance(activation, str):  # phi' is read from the states
+    states = _states(cells.ACTIVATIONS[activation], unroll, axis, w_hh, bias, projected,
+                     initial, alive)
+    return states, (w_hh, states, None, initial, alive)
+  states, preactivations = _states_and_preactivations(activation, unroll, axis, w_hh, bias,
+                                                      projected, initial, alive)
+  return states, (w_hh, states, preactivations, initial, alive)
+
+
+def _backward_rule(activation: cells.Activation, unroll: int, axis: int,
+                   residuals: tuple[Any, ...], g_states: jax.Array) -> tuple[Any, ...]:
+  w_hh, states, preactivations, initial, alive = residuals
   w_hh_t = w_hh.T
   steps = states.shape[axis]
 
-  def step(i, carry):
+  def through_phi(t: jax.Array, total: jax.Array) -> jax.Array:
+    """da_t = phi'(a_t) * total: from the states for a named phi; by ``jax.vjp`` of a
+    callable at the saved pre-activation a_t (its exact derivative, whatever phi is)."""
+    if isinstance(activation, str):
+      return total * cells.activation_derivative(_at(states, t, axis), activation)
+    _, pullback = jax.vjp(activation, _at(preactivations, t, axis))
+    return pullback(total)[0]
+
+  def step(i: jax.Array, carry: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
     carry_grad, buffer = carry
     t = steps - 1 - i
     total = _at(g_states, t, axis) + carry_grad
-    da = total * cells.activation_derivative(_at(states, t, axis), activation)  # phi'(a_t)
+    da = through_phi(t, total)
     previous = da @ w_hh_t
     if alive is not None:
       keep = _at(alive, t, 0)
@@ -130,7 +188,8 @@ def _backward_rule(activation, unroll, axis, residuals, g_states):
 _elman.defvjp(_forward_rule, _backward_rule)
 
 
-def _final_state(states, initial, lengths, axis):
+def _final_state(states: jax.Array, initial: jax.Array, lengths: jax.Array | None,
+                 axis: int) -> jax.Array:
   """The state at step lengths - 1 (the initial state for length 0)."""
   if lengths is None:
     return _at(states, states.shape[axis] - 1, axis)
@@ -141,7 +200,9 @@ def _final_state(states, initial, lengths, axis):
   return jnp.where((lengths > 0)[:, None], last, initial)
 
 
-def _checked(params, batch_major, initial_state, lengths, activation, projected=False):
+def _checked(params: cells.Params, batch_major: Any, initial_state: Any,
+             lengths: recurrence.Lengths, activation: cells.Activation, projected: bool = False
+             ) -> tuple[jax.Array, jax.Array | None, Any]:
   """Checks the layers' arguments before any work.
 
   Args:
@@ -149,21 +210,24 @@ def _checked(params, batch_major, initial_state, lengths, activation, projected=
     batch_major: the inputs, ``[B, T, d]`` (``[B, T, H]`` when projected).
 
   Returns:
-    ``(initial_state, lengths, dtype)``: the state cast to the params' dtype
-    ``dtype``, lengths as ``<int32>[B]`` clipped to [0, T] (or None).
+    ``(initial_state, lengths, dtype)``: the state (``[H]`` broadcast to
+    ``[B, H]``) cast to the params' dtype ``dtype``, lengths as ``<int32>[B]``
+    clipped to [0, T] (or None).
 
   Raises:
     ValueError: as ``elman_layer``.
   """
-  cells.elman(activation)  # validates the name
+  cells.activation_function(activation)  # validates it
+  if getattr(initial_state, 'ndim', None) == 1 and getattr(batch_major, 'ndim', None) == 3:
+    initial_state = jnp.broadcast_to(initial_state, batch_major.shape[:1] + initial_state.shape)
   recurrence.check_inputs(batch_major, initial_state, lengths)
   step_shape = (batch_major.shape[0], batch_major.shape[-1])
   if projected:
-    hidden_size = params['W_hh'].shape[0]
+    hidden_size = jnp.shape(params['W_hh'])[0]
     if batch_major.shape[-1] != hidden_size:
       raise ValueError(f'inputs: expected the input projection X W_xh with last axis H = '
                        f'{hidden_size}, got shape {batch_major.shape}')
-    step_shape = (batch_major.shape[0], params['W_xh'].shape[0])
+    step_shape = (batch_major.shape[0], jnp.shape(params['W_xh'])[0])
   cells.check_step('elman', params, initial_state, step_shape, ('W_xh', 'W_hh'))
   dtype = recurrence.compute_dtype(params)
   if not jnp.issubdtype(jnp.result_type(initial_state), jnp.inexact):
@@ -173,8 +237,10 @@ def _checked(params, batch_major, initial_state, lengths, activation, projected=
           recurrence.as_lengths(lengths, batch_major.shape[1]), dtype)
 
 
-def elman_layer(params, inputs, initial_state, lengths=None, reverse=False, activation='tanh',
-                time_major=False, unroll=1, projected=False):
+def elman_layer(params: cells.Params, inputs: jax.Array, initial_state: jax.Array,
+                lengths: recurrence.Lengths = None, reverse: bool = False,
+                activation: cells.Activation = 'tanh', time_major: bool = False,
+                unroll: int = 1, projected: bool = False) -> tuple[jax.Array, jax.Array]:
   """The Elman recurrence, fused: the same result as ``recurrence.scan`` with
   ``cells.elman(activation)``, with a faster backward pass.
 
@@ -184,16 +250,23 @@ def elman_layer(params, inputs, initial_state, lengths=None, reverse=False, acti
   states nor any gradient.
 
   Args:
-    params: ``{'W_xh': [d, H], 'W_hh': [H, H], 'b': [H]}`` (+ ``'b_hh'``),
-      one floating dtype (float32 by default).
+    params: ``{'W_xh': [d, H], 'W_hh': [H, H], 'b': [H]}`` (``b`` optional,
+      ``'b_hh'`` added where present), any ``Mapping``, one floating dtype
+      (float32 by default).
     inputs: ``<float>[B, T, d]``, or ``[T, B, d]`` with ``time_major``
       (T = 0 and B = 0 allowed).
-    initial_state: ``<float>[B, H]``, one array.
+    initial_state: ``<float>[B, H]``, one array (``[H]``: broadcast over the
+      batch; its gradient is the sum over the batch).
     lengths: optional ``<int>[B]`` (an array or a list) in [0, T]: states stop
       changing after step lengths - 1 and outputs there are zero (checked when
       concrete; under ``jit`` values outside are clipped to [0, T]).
     reverse: run each sequence right to left within its length.
-    activation: 'tanh', 'relu' or 'linear'.
+    activation: 'tanh', 'relu' or 'linear' (phi' from the states: the fast
+      path), or a callable phi such as ``jax.nn.gelu`` (phi' by ``jax.vjp``
+      at the saved pre-activations: one more ``[T, B, H]`` buffer, and a pass
+      through phi's derivative at each backward step). A callable is a
+      static argument: pass the same function object to reuse a compiled
+      program.
     time_major: inputs and outputs are ``[T, B, ...]``.
     unroll: the loops' unroll factor, forward and backward.
     projected: the inputs are already the input projection X W_xh
@@ -207,10 +280,15 @@ def elman_layer(params, inputs, initial_state, lengths=None, reverse=False, acti
 
   Raises:
     ValueError: as ``recurrence.scan`` (shapes, lengths, params of two
-      dtypes), for an initial state that is not one floating ``[B, H]``
-      array, or for an unknown activation.
+      dtypes, inputs not floating: naming ``inputs`` and its dtype), for an
+      initial state that is not one floating ``[B, H]`` (or ``[H]``) array,
+      or for an activation that is neither a known name nor callable.
+
+  References:
+    Williams & Zipser (1995) (BPTT); the recursion: this module's docstring.
   """
-  if isinstance(unroll, (bool, np.bool_)) or not isinstance(unroll, (int, np.integer)) or unroll < 1:
+  if (isinstance(unroll, (bool, np.bool_)) or not isinstance(unroll, (int, np.integer)) or
+      unroll < 1):
     raise ValueError(f'unroll: expected an int >= 1, got {unroll!r}')
   batch_major = inputs if not time_major else jnp.swapaxes(inputs, 0, 1)
   initial_state, lengths, dtype = _checked(params, batch_major, initial_state, lengths,
@@ -240,8 +318,9 @@ def elman_layer(params, inputs, initial_state, lengths=None, reverse=False, acti
   return states, final
 
 
-def checkpointed_elman_layer(params, inputs, initial_state, segment_length: int,
-                             activation='tanh', unroll=1):
+def checkpointed_elman_layer(params: cells.Params, inputs: jax.Array, initial_state: jax.Array,
+                             segment_length: int, activation: cells.Activation = 'tanh',
+                             unroll: int = 1) -> tuple[jax.Array, jax.Array]:
   """``elman_layer`` for long sequences: O(T / s + s) saved states instead of O(T).
 
   The T steps run as T / s segments of s steps; each segment is a
@@ -281,7 +360,7 @@ def checkpointed_elman_layer(params, inputs, initial_state, segment_length: int,
                                                 input_size)
 
   @jax.checkpoint
-  def segment(state, segment_inputs):
+  def segment(state: jax.Array, segment_inputs: jax.Array) -> tuple[jax.Array, jax.Array]:
     states, final = elman_layer(params, segment_inputs, state, activation=activation,
                                 time_major=True, unroll=unroll)
     return final, states

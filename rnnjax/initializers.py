@@ -13,20 +13,26 @@ References:
   Saxe, McClelland & Ganguli (2014): orthogonal initialization.
 """
 
+from collections.abc import Sequence
 import math
 import numbers
+from typing import Any
 
 import jax
+from jax.typing import ArrayLike
 import jax.numpy as jnp
 import numpy as np
 
+__all__ = ['gaussian_at_radius', 'identity', 'orthogonal_at_radius', 'pytorch_uniform',
+           'sparse_at_radius', 'spectral_radius']
 
-def _check_size(hidden_size: int) -> None:
+
+def _check_size(hidden_size: Any) -> None:
   if not isinstance(hidden_size, (int, np.integer)) or hidden_size < 1:
     raise ValueError(f'hidden_size: expected a positive int, got {hidden_size!r}')
 
 
-def check_radius(name: str, value) -> None:
+def check_radius(name: str, value: Any) -> None:
   """Raises ValueError naming ``name`` unless ``value`` is a real number (not a bool) in
   [0, inf): a spectral radius, a gain, a scale. A 0-d numpy or JAX array of a real
   dtype counts as its number; a traced one (under ``jit`` or ``vmap``) passes
@@ -41,11 +47,11 @@ def check_radius(name: str, value) -> None:
       np.issubdtype(value.dtype, np.floating) or np.issubdtype(value.dtype, np.integer)):
     value = value.item()
   if (isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or
-      not 0 <= value < math.inf):
+      not 0 <= float(value) < math.inf):
     raise ValueError(f'{name}: expected a finite value >= 0, got {value!r}')
 
 
-def host_spectral_radius(matrix) -> np.float32:
+def host_spectral_radius(matrix: ArrayLike) -> np.float32:
   """rho(matrix) = max |eigenvalue| of a host ``[H, H]`` matrix, solved in float64
   numpy, as a float32; NaN for a matrix with a NaN or an infinity. (One
   module-level function, so that JAX caches ``spectral_radius``'s callback.)"""
@@ -55,7 +61,7 @@ def host_spectral_radius(matrix) -> np.float32:
   return np.float32(np.max(np.abs(np.linalg.eigvals(matrix))))
 
 
-def spectral_radius(matrix) -> jax.Array:
+def spectral_radius(matrix: ArrayLike) -> jax.Array:
   """Largest absolute eigenvalue of a square matrix, computed on the host.
 
   The eigenvalue solve runs in numpy (float64) through ``jax.pure_callback``,
@@ -79,7 +85,7 @@ def spectral_radius(matrix) -> jax.Array:
                            vmap_method='sequential')
 
 
-def gaussian_at_radius(key, hidden_size: int, radius: float) -> jax.Array:
+def gaussian_at_radius(key: jax.Array, hidden_size: int, radius: ArrayLike) -> jax.Array:
   """Gaussian W_hh rescaled so that its spectral radius is exactly ``radius``.
 
   W ~ N(0, 1) elementwise, then W <- W * radius / rho(W); the eigenvalue
@@ -88,7 +94,8 @@ def gaussian_at_radius(key, hidden_size: int, radius: float) -> jax.Array:
   Args:
     key: a ``jax.random`` key.
     hidden_size: H.
-    radius: the requested spectral radius rho >= 0.
+    radius: the requested spectral radius rho >= 0 (a number, or a 0-d
+      array, traced under ``vmap``).
 
   Returns:
     ``<float32>[H, H]`` with rho(W) = radius (to float32 rounding).
@@ -102,7 +109,7 @@ def gaussian_at_radius(key, hidden_size: int, radius: float) -> jax.Array:
   return w * (radius / spectral_radius(w))
 
 
-def orthogonal_at_radius(key, hidden_size: int, radius: float) -> jax.Array:
+def orthogonal_at_radius(key: jax.Array, hidden_size: int, radius: ArrayLike) -> jax.Array:
   """A random orthogonal matrix times ``radius``.
 
   Every eigenvalue of an orthogonal matrix has modulus 1, so the result has
@@ -122,11 +129,15 @@ def orthogonal_at_radius(key, hidden_size: int, radius: float) -> jax.Array:
   _check_size(hidden_size)
   check_radius('radius', radius)
   q = jax.nn.initializers.orthogonal()(key, (hidden_size, hidden_size), jnp.float32)
-  return radius * q
+  return jnp.multiply(radius, q)
 
 
-def identity(hidden_size: int, gain: float = 1.0) -> jax.Array:
+def identity(hidden_size: int, gain: ArrayLike = 1.0) -> jax.Array:
   """``gain`` times the identity: the IRNN initialization (Le et al. 2015).
+
+  Args:
+    hidden_size: H.
+    gain: the diagonal value >= 0, a number or a 0-d array.
 
   Returns:
     ``<float32>[H, H]`` with spectral radius ``gain``.
@@ -136,10 +147,10 @@ def identity(hidden_size: int, gain: float = 1.0) -> jax.Array:
   """
   _check_size(hidden_size)
   check_radius('gain', gain)
-  return gain * jnp.eye(hidden_size, dtype=jnp.float32)
+  return jnp.multiply(gain, jnp.eye(hidden_size, dtype=jnp.float32))
 
 
-def pytorch_uniform(key, shape, hidden_size: int) -> jax.Array:
+def pytorch_uniform(key: jax.Array, shape: Sequence[int], hidden_size: int) -> jax.Array:
   """PyTorch's default RNN init: U(-1/sqrt(H), 1/sqrt(H)) for every weight.
 
   Args:
@@ -149,14 +160,21 @@ def pytorch_uniform(key, shape, hidden_size: int) -> jax.Array:
 
   Returns:
     ``<float32>[*shape]``.
+
+  Raises:
+    ValueError: if ``hidden_size`` is not an int >= 1.
+
+  References:
+    PyTorch's ``nn.RNN`` documentation ("Variables": every weight and bias
+    is U(-sqrt(k), sqrt(k)), k = 1 / hidden_size).
   """
   _check_size(hidden_size)
   bound = 1.0 / np.sqrt(hidden_size)
   return jax.random.uniform(key, shape, jnp.float32, -bound, bound)
 
 
-def sparse_at_radius(key, hidden_size: int, nonzeros: int = 15, radius: float = 0.95
-                     ) -> jax.Array:
+def sparse_at_radius(key: jax.Array, hidden_size: int, nonzeros: int = 15,
+                     radius: ArrayLike = 0.95) -> jax.Array:
   """Sparse Gaussian W_hh, ``nonzeros`` entries per row, at spectral radius ``radius``.
 
   The "smart tanh" W_hh of Pascanu et al.: W ~ N(0, 1) elementwise, then in

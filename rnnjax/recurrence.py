@@ -25,15 +25,42 @@ The input rules below hold for every recurrent path of the package (``scan``,
   final state, or empty batches.
 - the initial state has the layout the cell carries (Elman, GRU: one
   ``[B, H]`` array; LSTM: an ``(h, c)`` pair), else a ValueError naming
-  ``initial_state`` with the expected and the given shape.
+  ``initial_state`` with the expected and the given shape. A leaf ``[H]``
+  without the batch axis is broadcast to ``[B, H]`` (``broadcast_state``);
+  its gradient is the sum over the batch.
+- inputs are floating: integer or boolean inputs (token ids passed by
+  mistake) are a ValueError naming ``inputs`` and its dtype, never cast.
+- params are any pytree (a cell's: any ``Mapping``, flax's ``FrozenDict``
+  included).
+
+References:
+  Werbos (1990), "Backpropagation through time: what it does and how to do
+  it"; Williams & Peng (1990), "An efficient gradient-based algorithm for
+  on-line training of recurrent network trajectories" (truncated BPTT).
 """
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
 import jax
+from jax.typing import ArrayLike
 import jax.numpy as jnp
 import numpy as np
 
+__all__ = ['broadcast_state', 'compute_dtype', 'reverse_within_lengths', 'scan',
+           'truncated_scan']
 
-def compute_dtype(params):
+PyTree = Any
+"""A pytree of arrays: params, a carry (one array, an ``(h, c)`` pair), gradients."""
+
+Cell = Callable[[Any, Any, jax.Array], tuple[Any, Any]]
+"""``cell(params, carry, x) -> (carry, y)``."""
+
+Lengths = ArrayLike | Sequence[int] | None
+"""``<int>[B]`` true lengths, an array or a list; None: every sequence is T steps."""
+
+
+def compute_dtype(params: PyTree) -> np.dtype | None:
   """The floating dtype of ``params``, in which every path computes.
 
   Args:
@@ -53,7 +80,7 @@ def compute_dtype(params):
   return jnp.dtype(floating[0]) if floating else None
 
 
-def cast_floating(tree, dtype):
+def cast_floating(tree: PyTree, dtype: Any) -> PyTree:
   """``tree`` with each floating leaf cast to ``dtype`` (None: ``tree`` unchanged)."""
   if dtype is None:
     return tree
@@ -61,17 +88,30 @@ def cast_floating(tree, dtype):
   return jax.tree_util.tree_map(lambda leaf: cast(jnp.asarray(leaf)), tree)
 
 
-def check_inputs(inputs, initial_state, lengths):
-  """Validates ``[B, T, d]`` inputs, a ``[B, ...]`` initial state and ``<int>[B]``
+def check_floating(name: str, value: ArrayLike) -> None:
+  """Raises a ValueError naming ``name`` and its dtype unless ``value`` is floating.
+
+  Token ids (ints) or booleans on a float path would otherwise be cast without a word.
+  """
+  dtype = jnp.result_type(value)
+  if not jnp.issubdtype(dtype, jnp.inexact):
+    raise ValueError(f'{name}: expected a floating dtype (token ids need an embedding or '
+                     f'jax.nn.one_hot first), got {dtype}')
+
+
+def check_inputs(inputs: Any, initial_state: PyTree, lengths: Lengths) -> None:
+  """Validates ``<float>[B, T, d]`` inputs, a ``[B, ...]`` initial state and ``<int>[B]``
   lengths (an array or a list) in [0, T] (values only when concrete, not under ``jit``).
 
   Raises:
-    ValueError: naming the argument, with the expected and the given shape or value.
+    ValueError: naming the argument, with the expected and the given shape, dtype or
+      value.
   """
   if not hasattr(inputs, 'ndim'):
     raise ValueError(f'inputs: expected an array [B, T, d], got {type(inputs).__name__}')
   if inputs.ndim != 3:
     raise ValueError(f'inputs: expected rank 3 [B, T, d], got shape {inputs.shape}')
+  check_floating('inputs', inputs)
   batch, steps = inputs.shape[:2]
   for leaf in jax.tree_util.tree_leaves(initial_state):
     if leaf.ndim < 1 or leaf.shape[0] != batch:
@@ -91,7 +131,7 @@ def check_inputs(inputs, initial_state, lengths):
                        f'min {values.min()} and max {values.max()}')
 
 
-def as_lengths(lengths, steps):
+def as_lengths(lengths: Lengths, steps: int) -> jax.Array | None:
   """Checked ``lengths`` (``check_inputs``) as ``<int32>[B]`` clipped to [0, T] (None stays
   None): values are checked only outside ``jit``; inside, clipping keeps them in range."""
   if lengths is None:
@@ -99,7 +139,7 @@ def as_lengths(lengths, steps):
   return jnp.clip(jnp.asarray(lengths, jnp.int32), 0, steps)
 
 
-def zero_padding(sequences, lengths, axis=1):
+def zero_padding(sequences: jax.Array, lengths: jax.Array | None, axis: int = 1) -> jax.Array:
   """``sequences`` (time on ``axis``, 1: ``[B, T, ...]``, 0: ``[T, B, ...]``) with the
   steps t >= lengths[b] set to zero; ``lengths`` None: unchanged.
 
@@ -116,13 +156,56 @@ def zero_padding(sequences, lengths, axis=1):
   return jnp.where(alive, sequences, jnp.zeros((), sequences.dtype))
 
 
-def _layout(tree):
+def _layout(tree: PyTree) -> tuple[Any, list[tuple[tuple[int, ...], np.dtype]]]:
   """The structure, shapes and dtypes of a pytree of arrays or ShapeDtypeStructs."""
   leaves, structure = jax.tree_util.tree_flatten(tree)
   return structure, [(tuple(leaf.shape), jnp.dtype(leaf.dtype)) for leaf in leaves]
 
 
-def check_carry(cell, params, inputs, initial_state):
+def _step_input(inputs: jax.Array) -> jax.ShapeDtypeStruct:
+  """The shape and dtype of one step's input ``[B, ...]`` of ``[B, T, ...]`` inputs."""
+  return jax.ShapeDtypeStruct((inputs.shape[0],) + inputs.shape[2:], inputs.dtype)
+
+
+def broadcast_state(cell: Cell, params: PyTree, inputs: Any, initial_state: PyTree) -> PyTree:
+  """``initial_state`` with each leaf that lacks the batch axis broadcast over it.
+
+  A leaf of rank 1 (``[H]``) is broadcast to ``[B, H]`` where the cell, traced
+  for one step (no work), returns ``[B, H]`` for it; every other leaf (and a
+  state of a cell whose carry is ``[B]``) is left as it is, for the checks of
+  ``scan`` to judge.
+
+  Args:
+    cell: ``cell(params, carry, x) -> (carry, y)``.
+    params: the cell's params.
+    inputs: ``<float>[B, T, d]`` (anything else: ``initial_state`` unchanged,
+      for ``check_inputs`` to name).
+    initial_state: the carry pytree.
+
+  Returns:
+    the initial state, leaves ``[H]`` as ``[B, H]``.
+
+  Raises:
+    ValueError: the cell's own, for a state it cannot carry (e.g. another H).
+  """
+  leaves, structure = jax.tree_util.tree_flatten(initial_state)
+  returned_structure: Any
+  if (getattr(inputs, 'ndim', None) != 3 or
+      not any(jnp.ndim(leaf) == 1 for leaf in leaves)):
+    return initial_state
+  returned = jax.eval_shape(lambda p, c, x: cell(p, c, x)[0], params, initial_state,
+                            _step_input(inputs))
+  returned_leaves, returned_structure = jax.tree_util.tree_flatten(returned)
+  if returned_structure != structure:
+    return initial_state
+  batch = inputs.shape[0]
+  leaves = [jnp.broadcast_to(leaf, (batch,) + jnp.shape(leaf))
+            if jnp.ndim(leaf) == 1 and out.shape == (batch,) + jnp.shape(leaf) else leaf
+            for leaf, out in zip(leaves, returned_leaves)]
+  return jax.tree_util.tree_unflatten(structure, leaves)
+
+
+def check_carry(cell: Cell, params: PyTree, inputs: jax.Array, initial_state: PyTree) -> None:
   """Checks, by tracing one step (no work), that ``cell`` returns a carry of the
   structure, shapes and dtypes of ``initial_state``, as ``jax.lax.scan`` needs.
 
@@ -130,8 +213,8 @@ def check_carry(cell, params, inputs, initial_state):
     ValueError: naming ``initial_state`` with the expected (returned) and the given
       layout; or the cell's own ValueError (e.g. a state of the wrong H or kind).
   """
-  x = jax.ShapeDtypeStruct((inputs.shape[0],) + inputs.shape[2:], inputs.dtype)
-  returned = jax.eval_shape(lambda p, c, x: cell(p, c, x)[0], params, initial_state, x)
+  returned = jax.eval_shape(lambda p, c, x: cell(p, c, x)[0], params, initial_state,
+                            _step_input(inputs))
   if _layout(returned) != _layout(initial_state):
     describe = lambda tree: jax.tree_util.tree_map(
         lambda leaf: f'{jnp.dtype(leaf.dtype)}{list(leaf.shape)}', tree)
@@ -139,7 +222,7 @@ def check_carry(cell, params, inputs, initial_state):
                      f'{describe(returned)}, got {describe(initial_state)}')
 
 
-def reverse_within_lengths(sequences, lengths):
+def reverse_within_lengths(sequences: jax.Array, lengths: jax.Array | None) -> jax.Array:
   """Reverses each sequence within its own length; padding stays in place.
 
   Args:
@@ -160,7 +243,9 @@ def reverse_within_lengths(sequences, lengths):
   return jnp.take_along_axis(sequences, source, axis=1)
 
 
-def scan(cell, params, inputs, initial_state, lengths=None, reverse=False, unroll=1):
+def scan(cell: Cell, params: PyTree, inputs: jax.Array, initial_state: PyTree,
+         lengths: Lengths = None, reverse: bool = False, unroll: int | bool = 1
+         ) -> tuple[PyTree, PyTree]:
   """Runs ``cell`` over the time axis of a batch-major input.
 
   With ``lengths``, the state stops changing after each sequence's last real
@@ -178,7 +263,8 @@ def scan(cell, params, inputs, initial_state, lengths=None, reverse=False, unrol
     cell: ``cell(params, carry, x) -> (carry, y)``.
     params: the cell's params pytree.
     inputs: ``<float>[B, T, d]`` (T = 0 and B = 0 allowed).
-    initial_state: carry pytree with leaves ``[B, ...]`` (Elman: ``[B, H]``).
+    initial_state: carry pytree with leaves ``[B, ...]`` (Elman: ``[B, H]``;
+      a leaf ``[H]`` is broadcast over the batch, ``broadcast_state``).
     lengths: optional ``<int>[B]`` (an array or a list) with values in [0, T]
       (checked when concrete; under ``jit`` values outside are clipped to [0, T]).
     reverse: run right to left within each length.
@@ -189,10 +275,16 @@ def scan(cell, params, inputs, initial_state, lengths=None, reverse=False, unrol
     ``[B, 0, H]`` and the initial state).
 
   Raises:
-    ValueError: for inputs not of rank 3, an initial state of another batch
-      size or of another layout than the carry the cell returns, params of
-      two floating dtypes, or lengths of the wrong shape, dtype or range.
+    ValueError: for inputs not of rank 3 or not floating, an initial state of
+      another batch size or of another layout than the carry the cell
+      returns, params of two floating dtypes, or lengths of the wrong shape,
+      dtype or range.
+
+  References:
+    Werbos (1990), "Backpropagation through time: what it does and how to
+    do it" (the unrolled recurrence autodiff differentiates).
   """
+  initial_state = broadcast_state(cell, params, inputs, initial_state)
   check_inputs(inputs, initial_state, lengths)
   inputs, initial_state = cast_floating((inputs, initial_state), compute_dtype(params))
   check_carry(cell, params, inputs, initial_state)
@@ -206,7 +298,7 @@ def scan(cell, params, inputs, initial_state, lengths=None, reverse=False, unrol
     final, outputs = jax.lax.scan(lambda c, x: cell(params, c, x), initial_state,
                                   time_major, unroll=unroll)
   else:
-    def step(carry, x_and_t):
+    def step(carry: PyTree, x_and_t: tuple[jax.Array, jax.Array]) -> tuple[PyTree, PyTree]:
       x, t = x_and_t
       new_carry, y = cell(params, carry, x)
       alive = t < lengths  # [B]
@@ -221,7 +313,8 @@ def scan(cell, params, inputs, initial_state, lengths=None, reverse=False, unrol
   return outputs, final
 
 
-def truncated_scan(cell, params, inputs, initial_state, truncation, unroll=1):
+def truncated_scan(cell: Cell, params: PyTree, inputs: jax.Array, initial_state: PyTree,
+                   truncation: int, unroll: int | bool = 1) -> tuple[PyTree, PyTree]:
   """Truncated BPTT: ``scan`` in windows of ``truncation`` (tau) steps.
 
   The forward pass is identical to ``scan``; the state passes from window to
@@ -243,11 +336,14 @@ def truncated_scan(cell, params, inputs, initial_state, truncation, unroll=1):
     ValueError: if tau < 1, or as ``scan`` does.
 
   References:
-    Williams & Peng (1990); seed note 001, "truncated bptt".
+    Williams & Peng (1990), "An efficient gradient-based algorithm for
+    on-line training of recurrent network trajectories" (BPTT(h; h'), here
+    with h = h' = tau); ``docs/reference_numbers.md``, "Truncated BPTT".
   """
   if isinstance(truncation, (bool, np.bool_)) or not isinstance(truncation, (int, np.integer)) \
       or truncation < 1:
     raise ValueError(f'truncation: expected an int tau >= 1, got {truncation!r}')
+  initial_state = broadcast_state(cell, params, inputs, initial_state)
   check_inputs(inputs, initial_state, None)
   inputs, initial_state = cast_floating((inputs, initial_state), compute_dtype(params))
   check_carry(cell, params, inputs, initial_state)
@@ -256,7 +352,7 @@ def truncated_scan(cell, params, inputs, initial_state, truncation, unroll=1):
   windows = jnp.swapaxes(inputs[:, :full].reshape(
       (batch, full // truncation, truncation) + inputs.shape[2:]), 0, 1)  # [W, B, tau, d]
 
-  def window(state, window_inputs):
+  def window(state: PyTree, window_inputs: jax.Array) -> tuple[PyTree, PyTree]:
     outputs, state = scan(cell, params, window_inputs, jax.lax.stop_gradient(state),
                           unroll=unroll)
     return state, outputs

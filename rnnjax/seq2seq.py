@@ -32,7 +32,11 @@ References:
   encoder-decoder for statistical machine translation".
 """
 
+from collections.abc import Callable, Mapping
+from typing import Any
+
 import jax
+from jax.typing import ArrayLike
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -43,9 +47,15 @@ from rnnjax import recurrence
 from rnnjax import sampling
 from rnnjax.data import batching
 
+__all__ = ['BOS', 'CELLS', 'EOS', 'INVALID', 'PAD', 'accuracies', 'decode', 'decoder_inputs',
+           'encode', 'init', 'lengths_of', 'loss', 'step_function', 'teacher_forced_logits']
+
 PAD, BOS, EOS = 0, 1, 2
 INVALID = sampling.INVALID  # a decoded token whose logits were not finite: never an id
 CELLS = ('elman', 'gru')
+
+Params = Mapping[str, Any]
+"""``init``'s dict: embedding, encoder and decoder cell params, W_out, b_out."""
 
 
 def _check_cell(cell: str) -> None:
@@ -53,8 +63,14 @@ def _check_cell(cell: str) -> None:
     raise ValueError(f'cell: expected one of {CELLS}, got {cell!r}')
 
 
-def step_function(cell: str):
+def step_function(cell: str) -> Callable[..., tuple[Any, Any]]:
   """One step ``cell(params, carry, x) -> (carry, y)``: tanh Elman or GRU.
+
+  Args:
+    cell: 'elman' or 'gru'.
+
+  Returns:
+    ``cells.elman('tanh')`` or ``cells.gru_cell``.
 
   Raises:
     ValueError: for a cell not in CELLS.
@@ -63,7 +79,8 @@ def step_function(cell: str):
   return cells.elman('tanh') if cell == 'elman' else cells.gru_cell
 
 
-def init(key, cell: str, vocab_size: int, embedding_size: int, hidden_size: int):
+def init(key: jax.Array, cell: str, vocab_size: int, embedding_size: int, hidden_size: int
+         ) -> dict[str, Any]:
   """Params of an encoder-decoder.
 
   The embedding is N(0, 1) (PyTorch's ``nn.Embedding``), the cells use
@@ -99,7 +116,7 @@ def init(key, cell: str, vocab_size: int, embedding_size: int, hidden_size: int)
   }
 
 
-def _check_ids(name, ids, params):
+def _check_ids(name: str, ids: Any, params: Params) -> None:
   """Checks ``<int>[B, steps]`` ids in [0, V), right-padded (values when concrete), and
   that the params share one floating dtype.
 
@@ -120,12 +137,12 @@ def _check_ids(name, ids, params):
                        f'{values[rows[0]].tolist()}')
 
 
-def lengths_of(ids):
-  """The number of non-pad ids of each right-padded row: ``<int32>[B]`` from ``[B, T]``."""
+def lengths_of(ids: jax.Array) -> jax.Array:
+  """The number of non-pad ids of each right-padded row: ``<int32>[B]`` from ``<int>[B, T]``."""
   return jnp.sum(ids != PAD, axis=-1).astype(jnp.int32)
 
 
-def encode(cell: str, params, sources):
+def encode(cell: str, params: Params, sources: jax.Array) -> jax.Array:
   """The encoder's state after each source's last real token.
 
   Args:
@@ -149,13 +166,14 @@ def encode(cell: str, params, sources):
   return final
 
 
-def decoder_inputs(targets):
-  """Teacher forcing: ``<bos>`` then the target shifted right, ``<int32>[B, T]`` from ``[B, T]``."""
+def decoder_inputs(targets: jax.Array) -> jax.Array:
+  """Teacher forcing: ``<bos>`` then the target shifted right, ``[B, T]`` from ``<int>[B, T]``."""
   bos = jnp.full((targets.shape[0], 1), BOS, targets.dtype)
   return jnp.concatenate([bos, targets[:, :-1]], axis=1)
 
 
-def teacher_forced_logits(cell: str, params, sources, targets):
+def teacher_forced_logits(cell: str, params: Params, sources: jax.Array, targets: jax.Array
+                          ) -> jax.Array:
   """The decoder's logits for every target position, given the true previous tokens.
 
   Args:
@@ -182,7 +200,7 @@ def teacher_forced_logits(cell: str, params, sources, targets):
   return outputs @ params['W_out'] + params['b_out']
 
 
-def loss(cell: str, params, sources, targets):
+def loss(cell: str, params: Params, sources: jax.Array, targets: jax.Array) -> jax.Array:
   """Mean negative log-likelihood per real target token (EOS included, PAD masked), nats.
 
   Args:
@@ -204,12 +222,15 @@ def loss(cell: str, params, sources, targets):
   return total / jnp.maximum(jnp.sum(real), 1)
 
 
-def decode(cell: str, params, sources, max_length: int, temperature: float = 0.0, key=None):
+def decode(cell: str, params: Params, sources: jax.Array, max_length: int,
+           temperature: ArrayLike = 0.0, key: jax.Array | None = None) -> jax.Array:
   """Free-running decoding: each chosen token is the next input, until EOS or max_length.
 
   A ``jax.lax.scan`` over ``max_length`` steps with a done-mask: once a row
-  has produced EOS every later token of that row is PAD. Temperature 0 is
-  greedy (argmax); temperature t > 0 draws from softmax(logits / t).
+  has produced EOS every later token of that row is PAD. Each token is drawn
+  by ``sampling.draw``, the rule every sampling path shares: temperature 0
+  is greedy (argmax); temperature t > 0 draws from softmax(logits / t), with
+  no overflow at any t (1e-45 gives the greedy tokens).
 
   A step of an unfinished row whose logits are not all finite gives
   ``INVALID`` (-1), never an id (argmax of NaN logits would be a plausible
@@ -223,7 +244,8 @@ def decode(cell: str, params, sources, max_length: int, temperature: float = 0.0
     params: ``init``'s dict.
     sources: ``<int32>[B, S]``, right-padded with PAD.
     max_length: the number of decoding steps, >= 1 (static).
-    temperature: >= 0 (static: 0 and > 0 are different programs).
+    temperature: a finite value >= 0 (static: 0 and > 0 are different
+      programs).
     key: a ``jax.random`` key; needed when temperature > 0.
 
   Returns:
@@ -232,36 +254,33 @@ def decode(cell: str, params, sources, max_length: int, temperature: float = 0.0
     traced only, ``INVALID`` from a row's first non-finite step on.
 
   Raises:
-    ValueError: for an unknown cell, max_length < 1, a negative temperature,
-      no key for temperature > 0, sources or params as ``_check_ids``, or,
+    ValueError: for an unknown cell, max_length < 1, a temperature that is
+      not a finite value >= 0 (``sampling.check_temperature``), no key for
+      temperature > 0, sources or params as ``_check_ids``, or,
       outside ``jit``, logits that are not finite (naming ``params`` and
       their non-finite entries).
   """
   step = step_function(cell)
   if not isinstance(max_length, int) or max_length < 1:
     raise ValueError(f'max_length: expected an int >= 1, got {max_length!r}')
-  if not temperature >= 0:
-    raise ValueError(f'temperature: expected a value >= 0 (0: greedy), got {temperature!r}')
+  temperature = sampling.check_temperature(temperature)
   if temperature > 0 and key is None:
     raise ValueError(f'key: expected a jax.random key to sample at temperature {temperature}, '
                      'got None')
   batch_size = sources.shape[0]
   state = encode(cell, params, sources)  # checks sources and params first
 
-  def body(carry, step_key):
+  def body(carry: tuple[jax.Array, jax.Array, jax.Array], step_key: jax.Array | None
+           ) -> tuple[tuple[jax.Array, jax.Array, jax.Array], jax.Array]:
     state, previous, done = carry
     state, output = step(params['decoder'], state, params['embedding'][previous])
     logits = output @ params['W_out'] + params['b_out']
-    if step_key is None:
-      token = jnp.argmax(logits, axis=-1).astype(jnp.int32)
-    else:
-      token = jax.random.categorical(step_key, logits / temperature).astype(jnp.int32)
-    failed = (previous == INVALID) | ~jnp.all(jnp.isfinite(logits), axis=-1)
-    token = jnp.where(done, PAD, jnp.where(failed, INVALID, token))
+    token = sampling.draw(step_key, logits, temperature)  # INVALID where not all finite
+    token = jnp.where(done, PAD, jnp.where(previous == INVALID, INVALID, token))
     return (state, token, done | (token == EOS)), token
 
   carry = (state, jnp.full((batch_size,), BOS, jnp.int32), jnp.zeros((batch_size,), bool))
-  step_keys = jax.random.split(key, max_length) if temperature > 0 else None
+  step_keys = jax.random.split(key, max_length) if temperature > 0 and key is not None else None
   _, tokens = jax.lax.scan(body, carry, step_keys, length=max_length)
   tokens = tokens.T
   if not isinstance(tokens, jax.core.Tracer):
@@ -271,7 +290,7 @@ def decode(cell: str, params, sources, max_length: int, temperature: float = 0.0
   return tokens
 
 
-def accuracies(decoded, targets):
+def accuracies(decoded: jax.Array, targets: jax.Array) -> tuple[jax.Array, jax.Array]:
   """Exact-match and per-token accuracy of decoded sequences.
 
   A row matches exactly when its tokens up to and including EOS equal the

@@ -89,7 +89,7 @@ def test_params_of_another_cell_or_of_shapes_that_do_not_fit_are_named(key):
     with pytest.raises(ValueError, match=elman_shapes):
       cells.elman_cell(bad, h, x)
   with pytest.raises(ValueError, match=r"params: expected the elman cell's \['W_xh', 'W_hh', 'b'\]"):
-    cells.elman_cell({'W_xh': params['W_xh'], 'W_hh': params['W_hh']}, h, x)
+    cells.elman_cell({'W_xh': params['W_xh'], 'b': params['b']}, h, x)  # b is optional, W_hh not
   with pytest.raises(ValueError, match=r"params: expected the gru cell's \['W_x', 'W_h', 'b'\]"):
     cells.gru_cell(params, h, x)
   with pytest.raises(ValueError, match=r'params: expected W_x \[d, 4 H\], W_h \[H, 4 H\]'):

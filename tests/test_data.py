@@ -98,3 +98,22 @@ def test_encode_decode_and_split():
   train, held_out = text.split_train_validation(np.arange(100), 0.1)
   np.testing.assert_array_equal(held_out, np.arange(90, 100))
   assert len(train) == 90
+
+
+
+def test_the_data_imports_no_model_module():
+  """rnnjax.data sits below the models: its modules import only each other and the
+  recurrence plumbing (reverse_within_lengths, for digit reversal)."""
+  import ast
+  import pathlib
+  folder = pathlib.Path(corpora.__file__).parent
+  imported = set()
+  for path in folder.glob('*.py'):
+    for node in ast.walk(ast.parse(path.read_text())):
+      if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith('rnnjax'):
+        imported.update(f'{node.module}.{alias.name}' for alias in node.names)
+      elif isinstance(node, ast.Import):
+        imported.update(alias.name for alias in node.names if alias.name.startswith('rnnjax'))
+  outside = {name for name in imported if not name.startswith('rnnjax.data.')}
+  assert outside == {'rnnjax.recurrence'}, outside
+  assert 'rnnjax.data.corpora' in imported  # the walk sees the imports

@@ -113,9 +113,8 @@ def test_streaming_evaluation_equals_windows_with_constant_memory(setup):
   targets = ids[:, 1:].reshape(4, 50, 8).transpose(1, 0, 2)
   assert evaluation.evaluate_streaming(model, params, ids) == pytest.approx(
       evaluation.evaluate(model, params, inputs, targets), rel=1e-5)
-  run = evaluation._streaming(model)
-  memory = lambda n: run.lower(params, jnp.zeros((4, n), jnp.int32)).compile().memory_analysis(
-      ).temp_size_in_bytes
+  memory = lambda n: evaluation._streaming_total.lower(
+      model, params, jnp.zeros((4, n), jnp.int32)).compile().memory_analysis().temp_size_in_bytes
   assert memory(16_001) == memory(1_001)  # O(1) in the stream length
 
 

@@ -56,6 +56,8 @@ def test_reversal_targets_are_the_reversed_digits(key):
   assert experiment.digits_text(np.array([4, 3, 12, 2, 0])) == '109'
   assert (seq2seq.PAD, seq2seq.BOS, seq2seq.EOS, synthetic.REVERSAL_FIRST_DIGIT, VOCAB) == (
       0, 1, 2, 3, 13)
+  assert (synthetic.REVERSAL_PAD, synthetic.REVERSAL_BOS, synthetic.REVERSAL_EOS) == (
+      seq2seq.PAD, seq2seq.BOS, seq2seq.EOS)  # the data's ids are the model's
 
 
 @pytest.mark.parametrize('arguments, message', [
@@ -158,7 +160,7 @@ def test_sampled_decoding(key):
   np.testing.assert_array_equal(sample(1.0, 3), [[seq2seq.EOS] + [seq2seq.PAD] * 6] * 12)
   with pytest.raises(ValueError, match='key: expected a jax.random key to sample'):
     seq2seq.decode('gru', params, sources, 7, temperature=1.0)
-  with pytest.raises(ValueError, match=r'temperature: expected a value >= 0 \(0: greedy\)'):
+  with pytest.raises(ValueError, match=r'temperature: expected a finite value >= 0 \(0: greedy\)'):
     seq2seq.decode('gru', params, sources, 7, temperature=-1.0, key=key)
   with pytest.raises(ValueError, match="cell: expected one of .* got 'lstm'"):
     seq2seq.decode('lstm', params, sources, 7)

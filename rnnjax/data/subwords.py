@@ -1,7 +1,8 @@
 """Byte-pair-encoding (BPE) subwords with sentencepiece, trained on a training split.
 
-Special ids follow seed note 000: ``<pad>`` is 0 and ``<unk>`` is 1; ``<bos>``
-is 2 and ``<eos>`` is 3. Their pieces are bracketed (``[PAD]`` ...) so that
+Special ids: ``<pad>`` is 0 and ``<unk>`` is 1 (the convention of the
+word-level models, ``docs/reference_numbers.md``, "Language models");
+``<bos>`` is 2 and ``<eos>`` is 3. Their pieces are bracketed (``[PAD]`` ...) so that
 the literal word ``<unk>`` of PTB and WikiText-2 is an ordinary piece of
 its own (a user-defined symbol), never confused with the unknown id.
 
@@ -10,16 +11,20 @@ References:
   with subword units"; Kudo & Richardson (2018), sentencepiece.
 """
 
+from collections.abc import Iterable, Sequence
 import io
 
 import numpy as np
 import sentencepiece
 
+__all__ = ['BOS', 'EOS', 'PAD', 'UNK', 'encode_lines', 'train_bpe']
+
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 DEFAULT_MAX_SENTENCE_BYTES = 4192  # sentencepiece's default max_sentence_length
 
 
-def train_bpe(lines, vocab_size: int, literal_symbols=('<unk>',)):
+def train_bpe(lines: Iterable[str], vocab_size: int, literal_symbols: Sequence[str] = ('<unk>',)
+              ) -> tuple[sentencepiece.SentencePieceProcessor, bytes]:
   """Trains a BPE model on ``lines`` (the training split only).
 
   Every non-empty line is trained on, however long: sentencepiece skips
@@ -69,7 +74,8 @@ def train_bpe(lines, vocab_size: int, literal_symbols=('<unk>',)):
   return sentencepiece.SentencePieceProcessor(model_proto=proto), proto
 
 
-def encode_lines(processor, lines):
+def encode_lines(processor: sentencepiece.SentencePieceProcessor, lines: Iterable[str]
+                 ) -> list[np.ndarray]:
   """Each non-empty line as ``<int32>[n + 2]`` ids: ``<bos>``, its pieces, ``<eos>``.
 
   Returns:
@@ -80,7 +86,7 @@ def encode_lines(processor, lines):
           for ids in processor.encode(_non_empty(lines, allow_none=True))]
 
 
-def _non_empty(lines, allow_none=False):
+def _non_empty(lines: Iterable[str], allow_none: bool = False) -> list[str]:
   """The non-empty lines as a list; a single str is an error (not a list of characters)."""
   if isinstance(lines, (str, bytes)):
     raise ValueError(f'lines: expected an iterable of str lines, got a single {type(lines).__name__} '

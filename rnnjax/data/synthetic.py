@@ -18,12 +18,19 @@ References:
 """
 
 import math
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from rnnjax import recurrence
-from rnnjax import seq2seq
+
+__all__ = [
+    'ADDING_BASELINE_MSE', 'COPY_ALPHABET', 'COPY_SYMBOLS', 'REVERSAL_BOS', 'REVERSAL_EOS',
+    'REVERSAL_FIRST_DIGIT', 'REVERSAL_PAD', 'REVERSAL_VOCAB_SIZE', 'TEMPORAL_ORDER_BASELINE_LOSS',
+    'TEMPORAL_ORDER_CLASSES', 'TEMPORAL_ORDER_SYMBOLS', 'adding', 'copy', 'copy_baseline_loss',
+    'reverse_digits', 'temporal_order', 'temporal_order_pascanu', 'temporal_order_pascanu_range',
+]
 
 # Always predicting 1 (the mean of a sum of two U(0, 1)) has MSE Var = 2/12.
 ADDING_BASELINE_MSE = 1.0 / 6.0
@@ -32,24 +39,31 @@ TEMPORAL_ORDER_SYMBOLS = 6  # a, b, c, d (distractors), X, Y
 TEMPORAL_ORDER_BASELINE_LOSS = math.log(TEMPORAL_ORDER_CLASSES)  # uniform guess, nats
 COPY_ALPHABET = 8  # data symbols 1..8; 0 is blank, 9 the delimiter
 COPY_SYMBOLS = COPY_ALPHABET + 2
-# Digit reversal: ids 0, 1, 2 are seq2seq's PAD, BOS and EOS; digit k is id 3 + k.
+# Digit reversal: ids 0, 1, 2 are PAD, BOS and EOS, the special ids of rnnjax.seq2seq (a model
+# module, which the data does not import); digit k is id 3 + k.
+REVERSAL_PAD, REVERSAL_BOS, REVERSAL_EOS = 0, 1, 2
 REVERSAL_FIRST_DIGIT = 3
 REVERSAL_VOCAB_SIZE = REVERSAL_FIRST_DIGIT + 10
 
 
-def _check(batch_size, length, minimum):
+def _check(batch_size: Any, length: Any, minimum: int) -> None:
   if not isinstance(batch_size, int) or batch_size < 1:
     raise ValueError(f'batch_size: expected an int >= 1, got {batch_size!r}')
   if not isinstance(length, int) or length < minimum:
     raise ValueError(f'length: expected an int T >= {minimum}, got {length!r}')
 
 
-def adding(key, batch_size: int, length: int):
+def adding(key: jax.Array, batch_size: int, length: int) -> tuple[jax.Array, jax.Array]:
   """The adding problem: add the two marked numbers of a sequence.
 
   Channel 0 holds U(0, 1) numbers, channel 1 marks two positions with 1, one
   in each half of the sequence (Le et al. 2015); the target is the sum of
   the two marked numbers, read from the last state.
+
+  Args:
+    key: a ``jax.random`` key.
+    batch_size: B >= 1.
+    length: T, steps per sequence.
 
   Returns:
     ``(inputs <float32>[B, T, 2], targets <float32>[B, 1])``. The trivial
@@ -70,12 +84,17 @@ def adding(key, batch_size: int, length: int):
   return jnp.stack([values, markers], axis=-1), targets
 
 
-def temporal_order(key, batch_size: int, length: int):
+def temporal_order(key: jax.Array, batch_size: int, length: int) -> tuple[jax.Array, jax.Array]:
   """The temporal-order problem: which of X, Y came first, and which second.
 
   A sequence of distractors a-d holds two relevant symbols, each X or Y, at
   a random step in [0.1 T, 0.2 T) and one in [0.5 T, 0.6 T); the class of the
   sequence is XX, XY, YX or YY (0 to 3), read from the last state.
+
+  Args:
+    key: a ``jax.random`` key.
+    batch_size: B >= 1.
+    length: T, steps per sequence.
 
   Returns:
     ``(inputs <float32>[B, T, 6] one-hot, targets <int32>[B])``. The trivial
@@ -88,7 +107,8 @@ def temporal_order(key, batch_size: int, length: int):
   _check(batch_size, length, 10)
   key_noise, key_first, key_second, key_class = jax.random.split(key, 4)
   symbols = jax.random.randint(key_noise, (batch_size, length), 0, 4)
-  first = jax.random.randint(key_first, (batch_size,), length // 10, max(length // 5, length // 10 + 1))
+  first = jax.random.randint(key_first, (batch_size,), length // 10,
+                             max(length // 5, length // 10 + 1))
   second = jax.random.randint(key_second, (batch_size,), length // 2,
                               max(3 * length // 5, length // 2 + 1))
   classes = jax.random.randint(key_class, (batch_size,), 0, TEMPORAL_ORDER_CLASSES)
@@ -98,12 +118,19 @@ def temporal_order(key, batch_size: int, length: int):
   return jax.nn.one_hot(symbols, TEMPORAL_ORDER_SYMBOLS), classes.astype(jnp.int32)
 
 
-def copy(key, batch_size: int, length: int, memory: int = 10):
+def copy(key: jax.Array, batch_size: int, length: int, memory: int = 10
+         ) -> tuple[jax.Array, jax.Array]:
   """The copy (memory) task: reproduce ``memory`` symbols after a delay of T steps.
 
   Inputs: ``memory`` symbols from 1..8, then T - 1 blanks (0), the delimiter
   (9), then ``memory`` blanks. Targets: blanks until the delimiter has been
   read, then the ``memory`` symbols. Total length T + 2 memory.
+
+  Args:
+    key: a ``jax.random`` key.
+    batch_size: B >= 1.
+    length: T, the delay in steps.
+    memory: M >= 1 symbols to remember.
 
   Returns:
     ``(inputs <float32>[B, T + 2M, 10] one-hot, targets <int32>[B, T + 2M])``.
@@ -125,19 +152,36 @@ def copy(key, batch_size: int, length: int, memory: int = 10):
 
 
 def copy_baseline_loss(length: int, memory: int = 10) -> float:
-  """Cross-entropy per step, in nats, of the memoryless copy-task baseline."""
+  """Cross-entropy per step, in nats, of the memoryless copy-task baseline.
+
+  Args:
+    length: T, the delay in steps.
+    memory: M, the symbols to remember.
+
+  Returns:
+    M ln 8 / (T + 2M) nats per step: blanks are certain, each of the M
+    symbols a uniform guess over the 8 of the alphabet.
+  """
   return memory * math.log(COPY_ALPHABET) / (length + 2 * memory)
 
 
-def reverse_digits(key, batch_size: int, max_digits: int, min_digits: int = 1):
+def reverse_digits(key: jax.Array, batch_size: int, max_digits: int, min_digits: int = 1
+                   ) -> tuple[jax.Array, jax.Array]:
   """Digit reversal for sequence to sequence: read a digit string, write it backwards.
 
   Each source holds L digits, L uniform in [min_digits, max_digits], each
   uniform in 0-9 (id ``REVERSAL_FIRST_DIGIT`` + digit), then PAD; its
   target is the same digits in reverse order, then EOS, then PAD. Ids are
-  ``seq2seq.PAD`` = 0, ``BOS`` = 1 (never in the data; the decoder's first
-  input), ``EOS`` = 2 and the digits 3 to 12 (``REVERSAL_VOCAB_SIZE`` = 13).
+  those of ``rnnjax.seq2seq``: PAD = 0, BOS = 1 (never in the data; the
+  decoder's first input), EOS = 2 (``REVERSAL_PAD``, ``REVERSAL_BOS``,
+  ``REVERSAL_EOS``), and the digits 3 to 12 (``REVERSAL_VOCAB_SIZE`` = 13).
   Exact match by chance, a uniform guess of the digits given L, is 10^-L.
+
+  Args:
+    key: a ``jax.random`` key.
+    batch_size: B >= 1.
+    max_digits: the longest source, >= min_digits.
+    min_digits: the shortest source, >= 1.
 
   Returns:
     ``(sources <int32>[B, max_digits], targets <int32>[B, max_digits + 1])``.
@@ -156,14 +200,15 @@ def reverse_digits(key, batch_size: int, max_digits: int, min_digits: int = 1):
   digits = jax.random.randint(key_digits, (batch_size, max_digits), 0, 10)
   steps = jnp.arange(max_digits + 1)[None, :]
   sources = jnp.where(steps[:, :-1] < lengths[:, None], REVERSAL_FIRST_DIGIT + digits,
-                      seq2seq.PAD)
+                      REVERSAL_PAD)
   targets = jnp.pad(recurrence.reverse_within_lengths(sources, lengths), ((0, 0), (0, 1)),
-                    constant_values=seq2seq.PAD)
-  targets = jnp.where(steps == lengths[:, None], seq2seq.EOS, targets)
+                    constant_values=REVERSAL_PAD)
+  targets = jnp.where(steps == lengths[:, None], REVERSAL_EOS, targets)
   return sources.astype(jnp.int32), targets.astype(jnp.int32)
 
 
-def _pascanu_order_symbols(key, batch_size, steps, length):
+def _pascanu_order_symbols(key: jax.Array, batch_size: int, steps: int, length: Any
+                           ) -> tuple[jax.Array, jax.Array]:
   """Symbol ids ``<int32>[B, steps]`` (-1 from ``length`` on) and classes
   ``<int32>[B]`` of ``temporal_order_pascanu``; ``length`` may be traced."""
   key_first, key_a, key_second, key_b, key_noise = jax.random.split(key, 5)
@@ -180,7 +225,8 @@ def _pascanu_order_symbols(key, batch_size, steps, length):
   return symbols.astype(jnp.int32), (first_symbol + 2 * second_symbol).astype(jnp.int32)
 
 
-def temporal_order_pascanu(key, batch_size: int, length: int):
+def temporal_order_pascanu(key: jax.Array, batch_size: int, length: int
+                           ) -> tuple[jax.Array, jax.Array]:
   """The temporal-order problem exactly as Pascanu et al.'s code draws it.
 
   Channels of the one-hot input: A = 0 and B = 1 (the two relevant symbols),
@@ -195,6 +241,11 @@ def temporal_order_pascanu(key, batch_size: int, length: int):
   Unlike ``temporal_order`` (Hochreiter's layout: distractors 0-3, X = 4,
   Y = 5, class 2 first + second), and unlike the reference's own docstring,
   which puts the first symbol in [1, L/10].
+
+  Args:
+    key: a ``jax.random`` key.
+    batch_size: B >= 1.
+    length: T, steps per sequence.
 
   Returns:
     ``(inputs <float32>[B, T, 6] one-hot, targets <int32>[B] in [0, 4))``,
@@ -215,7 +266,8 @@ def temporal_order_pascanu(key, batch_size: int, length: int):
   return jax.nn.one_hot(symbols, TEMPORAL_ORDER_SYMBOLS), classes
 
 
-def temporal_order_pascanu_range(key, batch_size: int, min_length: int, max_length: int):
+def temporal_order_pascanu_range(key: jax.Array, batch_size: int, min_length: int,
+                                 max_length: int) -> tuple[jax.Array, jax.Array, jax.Array]:
   """``temporal_order_pascanu`` at a length drawn per batch, as the reference loop.
 
   One length for the whole batch, L = min_length + U{0, ..., max_length -

@@ -2,11 +2,22 @@
 
 Ids are checked to lie in [0, V) (``batching.check_ids``): a negative id
 would silently read the last character or row.
+
+References:
+  Mikolov, Karafiat, Burget, Cernocky & Khudanpur (2010), "Recurrent neural
+  network based language model" (the PTB setup, ``<eos>`` a word); Williams
+  & Peng (1990) (truncated BPTT over consecutive windows of one stream).
 """
 
+from collections.abc import Iterable, Sequence
+
+from jax.typing import ArrayLike
 import numpy as np
 
 from rnnjax.data import batching
+
+__all__ = ['EOS', 'char_vocabulary', 'decode', 'encode', 'encode_words', 'split_train_validation',
+           'stream_windows', 'word_vocabulary', 'words_with_eos']
 
 
 def char_vocabulary(text: str) -> str:
@@ -27,26 +38,38 @@ def encode(text: str, vocabulary: str) -> np.ndarray:
   return np.fromiter((index[c] for c in text), np.int32, len(text))
 
 
-def decode(ids, vocabulary: str) -> str:
+def decode(ids: ArrayLike, vocabulary: str) -> str:
   """The characters of ``<int>[N]`` ids.
 
   Raises:
     ValueError: for ids outside [0, len(vocabulary)) (-1 is not the last character).
   """
   batching.check_ids('ids', ids, len(vocabulary))
-  return ''.join(vocabulary[int(i)] for i in ids)
+  return ''.join(vocabulary[int(i)] for i in np.asarray(ids).ravel())
 
 
-def split_train_validation(ids: np.ndarray, validation_fraction: float):
-  """The first (1 - f) of a stream for training, the last f held out."""
+def split_train_validation(ids: np.ndarray, validation_fraction: float
+                           ) -> tuple[np.ndarray, np.ndarray]:
+  """The first (1 - f) of a stream for training, the last f held out.
+
+  Args:
+    ids: ``<int>[N]`` a token stream.
+    validation_fraction: f in (0, 1).
+
+  Returns:
+    ``(ids[:cut], ids[cut:])`` with cut = round(N (1 - f)).
+
+  Raises:
+    ValueError: for f outside (0, 1).
+  """
   if not 0 < validation_fraction < 1:
     raise ValueError(f'validation_fraction: expected a value in (0, 1), got {validation_fraction!r}')
   cut = int(round(len(ids) * (1 - validation_fraction)))
   return ids[:cut], ids[cut:]
 
 
-def stream_windows(ids: np.ndarray, batch_size: int, truncation: int,
-                   vocab_size: int | None = None):
+def stream_windows(ids: ArrayLike, batch_size: int, truncation: int,
+                   vocab_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
   """Cuts a token stream into B parallel streams and windows of tau steps.
 
   Stream b is the contiguous slice ``ids[b L : (b + 1) L + 1]`` with
@@ -79,6 +102,7 @@ def stream_windows(ids: np.ndarray, batch_size: int, truncation: int,
   if np.ndim(ids) != 1:
     raise ValueError(f'ids: expected a 1-D token stream, got shape {np.shape(ids)}')
   batching.check_ids('ids', ids, vocab_size)
+  ids = np.asarray(ids)
   length = (len(ids) - 1) // batch_size
   windows = length // truncation
   if windows < 1:
@@ -94,21 +118,21 @@ def stream_windows(ids: np.ndarray, batch_size: int, truncation: int,
 EOS = '<eos>'
 
 
-def words_with_eos(lines) -> list[str]:
+def words_with_eos(lines: Iterable[str]) -> list[str]:
   """Whitespace words of each line followed by ``<eos>``, as in Mikolov's PTB
   setup (the published word-level perplexities count ``<eos>`` as a word)."""
   return [word for line in lines for word in line.split() + [EOS]]
 
 
-def word_vocabulary(words) -> list[str]:
+def word_vocabulary(words: Iterable[str]) -> list[str]:
   """The distinct words, most frequent first (ties alphabetical); id i is word i."""
-  counts = {}
+  counts: dict[str, int] = {}
   for word in words:
     counts[word] = counts.get(word, 0) + 1
   return sorted(counts, key=lambda word: (-counts[word], word))
 
 
-def encode_words(words, vocabulary) -> np.ndarray:
+def encode_words(words: Sequence[str], vocabulary: Sequence[str]) -> np.ndarray:
   """``<int32>[len(words)]`` ids of each word in ``vocabulary``.
 
   PTB and WikiText-2 are closed-vocabulary corpora (rare words are already
