@@ -1,7 +1,5 @@
 """Word-level and BPE Elman language models on Penn Treebank and WikiText-2.
 
-  python -m launch.run --config=experiments/configs/bpe_lm.py --workdir=results/ptb_word
-
 Word mode (default): the training text as one stream of words with <eos>
 at each line end, cut into B parallel streams and truncated-BPTT windows of
 tau steps (the state carries over from window to window). Validation and test
@@ -12,15 +10,14 @@ BPE mode (``--config.tokens=bpe``): a sentencepiece BPE model trained on the
 training split (kept in the run folder as bpe.model); each line is one
 sequence <bos> pieces <eos>, training sequences cut to max_length; inputs
 s[:-1], targets s[1:], batches padded with id 0 and padding excluded from
-the loss (seed note 000). Test perplexity per BPE token, and per word: the
+the loss (``tasks.padded_sequences``). Test perplexity per BPE token, and per word: the
 same summed NLL divided by the number of words plus one <eos> per line,
 which makes it comparable with word-level perplexities.
 
 Perplexity = exp(token-weighted mean NLL), inf above 20 nats per token.
 """
 
-import functools
-import math
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -34,52 +31,13 @@ from rnnjax.data import batching
 from rnnjax.data import corpora
 from rnnjax.data import subwords
 from rnnjax.data import text
+from rnnjax.train import experiment
 from rnnjax.train import tasks
 from rnnjax.train import trainer
 
-VMAPPABLE = ('spectral_radius', 'recurrent_init')
-REPORT = ('valid_perplexity', 'test_perplexity', 'test_word_perplexity', 'final_train_loss',
-          'final_spectral_radius')
 CORPORA = ('ptb', 'wikitext-2')
 TOKENS = ('word', 'bpe')
 EVALUATION_BATCH = 64
-
-
-def check_config(config) -> None:
-  """Raises ValueError naming ``config.<field>``, with the expected and the given value."""
-  if config.corpus not in CORPORA:
-    raise ValueError(f'config.corpus: expected one of {CORPORA}, got {config.corpus!r}')
-  if config.tokens not in TOKENS:
-    raise ValueError(f'config.tokens: expected one of {TOKENS}, got {config.tokens!r}')
-  for name in ('embedding_size', 'hidden_size', 'batch_size', 'truncation', 'max_length',
-               'vocab_size'):
-    value = config[name]
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-      raise ValueError(f'config.{name}: expected an int >= 1, got {value!r}')
-  if not config.sample_prompt.strip():
-    raise ValueError(f'config.sample_prompt: expected at least one word, got '
-                     f'{config.sample_prompt!r}')
-  if not isinstance(config.sample_length, int) or config.sample_length < 0:
-    raise ValueError(f'config.sample_length: expected an int >= 0, got {config.sample_length!r}')
-  if config.activation not in cells.ACTIVATIONS:
-    raise ValueError(f'config.activation: expected one of {sorted(cells.ACTIVATIONS)}, got '
-                     f'{config.activation!r}')
-  if config.recurrent_init not in cells.RECURRENT_INITS:
-    raise ValueError(f'config.recurrent_init: expected one of {cells.RECURRENT_INITS}, got '
-                     f'{config.recurrent_init!r}')
-  if not (isinstance(config.spectral_radius, (int, float)) and
-          0 <= config.spectral_radius < math.inf):
-    raise ValueError(f'config.spectral_radius: expected a finite value >= 0, got '
-                     f'{config.spectral_radius!r}')
-  if not isinstance(config.sample_top_k, int) or config.sample_top_k < 0:
-    raise ValueError(f'config.sample_top_k: expected an int >= 0 (0: no top-k), got '
-                     f'{config.sample_top_k!r}')
-  if not 0 <= config.dropout_rate < 1:
-    raise ValueError(f'config.dropout_rate: expected a value in [0, 1), got '
-                     f'{config.dropout_rate!r}')
-  if not config.sample_temperature >= 0:
-    raise ValueError(f'config.sample_temperature: expected a value >= 0 (0: greedy), got '
-                     f'{config.sample_temperature!r}')
 
 
 def read_lines(config, split: str) -> list[str]:
@@ -94,39 +52,34 @@ def model_for(config, vocab_size: int) -> models.LanguageModel:
       dropout_rate=config.dropout_rate)
 
 
-@functools.lru_cache(maxsize=None)
-def _sequence_nll(model):
+def sequence_scorer(model: models.LanguageModel) -> Callable:
+  """The scorer of whole sequences under ``model``, with its own compiled program (one
+  a padded shape, dropped with the scorer).
+
+  ``scores(params, sequences, batch_size=EVALUATION_BATCH) -> (nll_sum, tokens)``:
+  the summed NLL (nats) and the number of predicted tokens (Python floats; tokens
+  = sum of (n_i - 1)) of ``sequences``, a list of ``<int32>[n_i]`` id arrays, each
+  <bos> ... <eos>. Sequences are sorted by length and padded per batch of
+  ``batch_size`` to a multiple of 16 (padding is excluded, so it changes nothing
+  but speed).
+  """
   @jax.jit
   def nll(params, ids):
     logits, _ = model.apply({'params': params}, ids[:, :-1], model.initial_state(ids.shape[0]))
     return evaluation.masked_nll(logits, ids[:, 1:], ids[:, 1:] != subwords.PAD)
-  return nll
 
+  def scores(params, sequences, batch_size: int = EVALUATION_BATCH) -> tuple[float, float]:
+    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
+    total, count = 0.0, 0.0
+    for start in range(0, len(order), batch_size):
+      ids, _ = batching.pad_sequences([sequences[i] for i in order[start:start + batch_size]],
+                                      subwords.PAD, multiple=16)
+      batch_total, batch_count = nll(params, jnp.asarray(ids))
+      total += float(batch_total)
+      count += float(batch_count)
+    return total, count
 
-def sequence_scores(model, params, sequences, batch_size: int = EVALUATION_BATCH):
-  """Summed NLL (nats) and the number of predicted tokens over whole sequences.
-
-  Sequences are sorted by length and padded per batch to a multiple of 16
-  (padding is excluded, so it changes nothing but speed).
-
-  Args:
-    model: a ``models.LanguageModel``.
-    params: its params.
-    sequences: list of ``<int32>[n_i]`` id arrays, each <bos> ... <eos>.
-    batch_size: sequences per evaluation batch.
-
-  Returns:
-    ``(nll_sum, tokens)``: Python floats; tokens = sum of (n_i - 1).
-  """
-  order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
-  total, count = 0.0, 0.0
-  for start in range(0, len(order), batch_size):
-    ids, _ = batching.pad_sequences([sequences[i] for i in order[start:start + batch_size]],
-                                    subwords.PAD, multiple=16)
-    batch_total, batch_count = _sequence_nll(model)(params, jnp.asarray(ids))
-    total += float(batch_total)
-    count += float(batch_count)
-  return total, count
+  return scores
 
 
 def scores_summary(scores: dict) -> dict:
@@ -204,6 +157,7 @@ def subword_task(config) -> trainer.Task:
   evaluation_lines = {split: [line for line in read_lines(config, split) if line.strip()]
                       for split in ('valid', 'test')}
   model = model_for(config, processor.vocab_size())
+  sequence_scores = sequence_scorer(model)
 
   def init(run_config, key):
     return tasks.init_language_model(model_for(run_config, processor.vocab_size()), key)
@@ -211,7 +165,7 @@ def subword_task(config) -> trainer.Task:
   def report(run_config, params) -> dict:
     scores = {}
     for split, lines in evaluation_lines.items():
-      total, tokens = sequence_scores(model, params, subwords.encode_lines(processor, lines))
+      total, tokens = sequence_scores(params, subwords.encode_lines(processor, lines))
       scores[split] = (total, tokens, len(text.words_with_eos(lines)))
     return dict(scores_summary(scores), vocab_size=processor.vocab_size(), **samples(
         run_config, model, params, prompt, lambda ids: processor.decode([int(i) for i in ids])))
@@ -229,3 +183,48 @@ def task(config) -> trainer.Task:
     corpora.CorpusError: a corpus file is missing or corrupt.
   """
   return word_task(config) if config.tokens == 'word' else subword_task(config)
+
+
+def _words(value) -> bool:
+  return isinstance(value, str) and bool(value.strip())
+
+
+def _temperature(value) -> bool:
+  return isinstance(value, (int, float)) and value >= 0
+
+
+Field, Check = experiment.Field, experiment.Check
+EXPERIMENT = experiment.Experiment(
+    name=__name__, task=task,
+    fields={
+        'seed': experiment.TRAINER_FIELDS['seed']._replace(
+            help='init, dropout and (bpe mode) the batch order'),
+        'corpus': Field('ptb', experiment.one_of(CORPORA), 'ptb | wikitext-2'),
+        'data_dir': Field('', None, 'empty: $RNNJAX_DATA_DIR, else ./data'),
+        'tokens': Field('word', experiment.one_of(TOKENS),
+                        "word: the corpus's own vocabulary with <eos>; bpe: sentencepiece"),
+        'truncation': Field(35, experiment.integer(1),
+                            'tau, the BPTT window in steps (word mode: one stream, cut into B '
+                            'parallel streams and windows of tau steps)'),
+        'vocab_size': Field(4000, experiment.integer(1),
+                            'BPE vocabulary V including the special pieces (bpe mode)'),
+        'max_length': Field(128, experiment.integer(1),
+                            'training sequences are cut to this many inputs (bpe mode: one '
+                            'sequence per line, <bos> ... <eos>)'),
+        'embedding_size': Field(256, experiment.integer(1)),
+        'hidden_size': Field(256, experiment.integer(1)),
+        'activation': Field('tanh', experiment.one_of(sorted(cells.ACTIVATIONS))),
+        'recurrent_init': Field('gaussian', experiment.one_of(cells.RECURRENT_INITS)),
+        'spectral_radius': Field(1.0, experiment.number(0), 'of W_hh at init'),
+        'dropout_rate': Field(0.3, experiment.number(0, high=1),
+                              'on the embeddings and the states fed to the softmax'),
+        'batch_size': Field(32, experiment.integer(1)),
+        'sample_prompt': Field('the company said', Check('at least one word', _words)),
+        'sample_length': Field(30, experiment.integer(0)),
+        'sample_temperature': Field(0.8, Check('a value >= 0 (0: greedy)', _temperature)),
+        'sample_top_k': Field(40, experiment.integer(0)._replace(
+            expected='an int >= 0 (0: no top-k)'), '0: no top-k; at most V'),
+    },
+    report=('valid_perplexity', 'test_perplexity', 'test_word_perplexity', 'final_train_loss',
+            'final_spectral_radius'),
+    vmappable=('spectral_radius', 'recurrent_init'))

@@ -1,7 +1,5 @@
 """Can an Elman network learn a long-range task? One run: one task, T, init, clipping, seed.
 
-  python -m launch.sweep --config=experiments/configs/long_range.py --workdir=results/long_range
-
 Each step draws a fresh batch from the run's key (runs with the same seed
 see the same data); the report tests the trained network on fresh sequences
 from another key: its test error (MSE for the adding problem, the error rate
@@ -21,36 +19,19 @@ from rnnjax import cells
 from rnnjax import diagnostics
 from rnnjax import fused
 from rnnjax.data import synthetic
+from rnnjax.train import experiment
 from rnnjax.train import trainer
 
-VMAPPABLE = ('seed', 'recurrent_init', 'spectral_radius')
-REPORT = ('test_error', 'success', 'final_train_loss', 'clipped_fraction')
-PLOTS = (('heatmap', 'success', 'length', ('clipping', 'clip_threshold')),)
 TASKS = ('adding', 'temporal_order', 'copy')
 PROBE_SEQUENCES = 64  # fixed sequences (key 0) on which every run's profile is measured
 
 
-def check_config(config) -> None:
-  """Raises ValueError naming ``config.<field>``, with the expected and the given value."""
-  if config.task not in TASKS:
-    raise ValueError(f'config.task: expected one of {TASKS}, got {config.task!r}')
-  for name in ('length', 'hidden_size', 'batch_size', 'test_size', 'copy_memory'):
-    value = config[name]
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-      raise ValueError(f'config.{name}: expected an int >= 1, got {value!r}')
-  if config.activation not in cells.ACTIVATIONS:
-    raise ValueError(f'config.activation: expected one of {sorted(cells.ACTIVATIONS)}, got '
-                     f'{config.activation!r}')
-  if config.recurrent_init not in cells.RECURRENT_INITS:
-    raise ValueError(f'config.recurrent_init: expected one of {cells.RECURRENT_INITS}, got '
-                     f'{config.recurrent_init!r}')
-  if not (isinstance(config.spectral_radius, (int, float)) and
-          0 <= config.spectral_radius < math.inf):
-    raise ValueError(f'config.spectral_radius: expected a finite value >= 0, got '
-                     f'{config.spectral_radius!r}')
-  if not config.success_threshold > 0:
-    raise ValueError(f'config.success_threshold: expected a value > 0, got '
-                     f'{config.success_threshold!r}')
+def check(config) -> None:
+  """The length against the task: one the task's generator accepts (adding: T >= 2).
+
+  Raises:
+    ValueError: ``config.length: <the generator's message>``.
+  """
   try:
     functions(config)[0](jax.random.key(0), 1)
   except ValueError as error:
@@ -134,3 +115,32 @@ def task(config) -> trainer.Task:
 
   return trainer.Task(init=init, loss=loss, batch=lambda step: {}, probe=probe,
                       recurrent_weight=lambda params: params['cell']['W_hh'], report=report)
+
+
+def _positive(value) -> bool:
+  return isinstance(value, (int, float)) and value > 0
+
+
+Field = experiment.Field
+EXPERIMENT = experiment.Experiment(
+    name=__name__, task=task, check=check,
+    fields={
+        'seed': experiment.TRAINER_FIELDS['seed']._replace(
+            help='init, and every training and test batch'),
+        'task': Field('adding', experiment.one_of(TASKS), 'adding | temporal_order | copy'),
+        'length': Field(50, experiment.integer(1), 'T'),
+        'copy_memory': Field(10, experiment.integer(1), 'symbols to remember (copy task)'),
+        'hidden_size': Field(64, experiment.integer(1)),
+        'activation': Field('tanh', experiment.one_of(sorted(cells.ACTIVATIONS)),
+                            'tanh | relu (the IRNN)'),
+        'recurrent_init': Field('gaussian', experiment.one_of(cells.RECURRENT_INITS)),
+        'spectral_radius': Field(1.0, experiment.number(0),
+                                 'of W_hh at init (the gain for identity)'),
+        'batch_size': Field(32, experiment.integer(1)),
+        'test_size': Field(1000, experiment.integer(1)),
+        'success_threshold': Field(0.01, experiment.Check('a value > 0', _positive),
+                                   'test error: MSE (adding), error rate (others)'),
+    },
+    report=('test_error', 'success', 'final_train_loss', 'clipped_fraction'),
+    vmappable=('seed', 'recurrent_init', 'spectral_radius'),
+    plots=(('heatmap', 'success', 'length', ('clipping', 'clip_threshold')),))

@@ -1,7 +1,5 @@
 """Character-level Penn Treebank with MSGD, MSGD-C and MSGD-CR (Pascanu et al. 2013, Table 1).
 
-  python -m launch.sweep --config=experiments/configs/ptb_chars.py --workdir=results/ptb_chars
-
 The word-level files (``ptb.train``, ``ptb.valid``, ``ptb.test``) read as
 characters with the word boundaries kept: each line becomes its words joined
 by one space and ended by a newline (the per-line leading and trailing
@@ -12,14 +10,10 @@ characters, N the number token one.
 
 The model: one-hot characters -> an Elman layer of tanh units -> softmax
 (``models.LanguageModel``, embedding_size 0), trained by truncated BPTT over
-B parallel streams (``tasks.truncated_bptt``) with SGD, as
-
-  MSGD      clipping 'none', omega_weight 0
-  MSGD-C    clipping 'pascanu' at clip_threshold (the reference fallback)
-  MSGD-CR   as MSGD-C, plus omega_weight times Omega's gradient of each window
-            (``regularizers.omega_penalty`` with dE/dh_t of the window's
-            cross-entropy from ``diagnostics.state_gradients``, held constant)
-
+B parallel streams (``tasks.truncated_bptt``) with SGD, by one of the methods
+of ``experiments.pascanu`` (MSGD, MSGD-C, MSGD-CR); MSGD-CR adds omega_weight
+times Omega's gradient of each window (``regularizers.omega_penalty`` with
+dE/dh_t of the window's cross-entropy, held constant; ``with_omega``),
 with the same steps, data order and initialization for the three (equal
 budget in updates; the seconds each took are in timing.json). The loss
 logged is the cross-entropy alone (the Omega term adds its gradient, not its
@@ -39,45 +33,19 @@ import math
 import jax
 import numpy as np
 
-from experiments import temporal_order
+from experiments import pascanu
 from rnnjax import cells
 from rnnjax import evaluation
 from rnnjax import models
 from rnnjax import regularizers
 from rnnjax.data import corpora
 from rnnjax.data import text
+from rnnjax.train import experiment
 from rnnjax.train import tasks
 from rnnjax.train import trainer
 
-VMAPPABLE = ('seed', 'spectral_radius')  # the data does not depend on the seed
-REPORT = ('test_bits_per_char', 'paper_test_bits_per_char', 'validation_bits_per_char',
-          'final_train_bits', 'clipped_fraction', 'max_grad_norm', 'final_spectral_radius')
-PLOTS = (('profile', 'method'),)
 PAPER_TEST_BITS = {'MSGD': 1.50, 'MSGD-C': 1.42, 'MSGD-CR': 1.41}  # Table 1, Penn Treebank
 SPLITS = ('ptb.train', 'ptb.valid', 'ptb.test')
-
-
-def check_config(config) -> None:
-  """Raises ValueError naming ``config.<field>``, with the expected and the given value."""
-  for name in ('hidden_size', 'batch_size', 'truncation'):
-    value = config[name]
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-      raise ValueError(f'config.{name}: expected an int >= 1, got {value!r}')
-  value = config.max_eval_chars
-  if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-    raise ValueError(f'config.max_eval_chars: expected an int >= 0 (0: whole splits), got '
-                     f'{value!r}')
-  if config.recurrent_init not in cells.RECURRENT_INITS:
-    raise ValueError(f'config.recurrent_init: expected one of {cells.RECURRENT_INITS}, got '
-                     f'{config.recurrent_init!r}')
-  if not (isinstance(config.spectral_radius, (int, float)) and
-          0 <= config.spectral_radius < math.inf):
-    raise ValueError(f'config.spectral_radius: expected a finite value >= 0, got '
-                     f'{config.spectral_radius!r}')
-  if config.optimizer != 'sgd':
-    raise ValueError(f"config.optimizer: expected 'sgd' (MSGD without momentum, as the "
-                     f"paper), got {config.optimizer!r}")
-  temporal_order.check_method(config)
 
 
 def work(config) -> float:
@@ -170,3 +138,24 @@ def task(config) -> trainer.Task:
 
   base = tasks.truncated_bptt(model, *windows, init, report)
   return with_omega(model, base, float(config.omega_weight))
+
+
+Field = experiment.Field
+EXPERIMENT = experiment.Experiment(
+    name=__name__, task=task, work=work, check=pascanu.check_method,
+    fields={
+        **pascanu.FIELDS,
+        'data_dir': Field('', None, 'empty: $RNNJAX_DATA_DIR, else ./data'),
+        'max_eval_chars': Field(0, experiment.integer(0)._replace(
+            expected='an int >= 0 (0: whole splits)'),
+                                'score only the first N characters of valid and test (0: all)'),
+        'hidden_size': Field(256, experiment.integer(1)),
+        'recurrent_init': Field('gaussian', experiment.one_of(cells.RECURRENT_INITS)),
+        'spectral_radius': Field(0.95, experiment.number(0), 'of W_hh at init'),
+        'batch_size': Field(32, experiment.integer(1), 'parallel streams'),
+        'truncation': Field(50, experiment.integer(1), 'tau, the BPTT window in characters'),
+    },
+    report=('test_bits_per_char', 'paper_test_bits_per_char', 'validation_bits_per_char',
+            'final_train_bits', 'clipped_fraction', 'max_grad_norm', 'final_spectral_radius'),
+    vmappable=('seed', 'spectral_radius'),  # the data does not depend on the seed
+    plots=(('profile', 'method'),))

@@ -1,8 +1,5 @@
 """A sequence-to-sequence model (encoder-decoder, GRU or Elman) on digit reversal.
 
-  python -m launch.run --config=experiments/configs/seq2seq.py \
-      --workdir=results/seq2seq_gru [--config.cell=elman ...]
-
 Trains with teacher forcing on a fixed training set drawn from the seed,
 then decodes a test set drawn with another key, greedily and by sampling at
 ``sample_temperature``, until <eos> or ``max_decode_length`` tokens. The
@@ -23,24 +20,19 @@ from rnnjax import diagnostics
 from rnnjax import seq2seq
 from rnnjax.data import synthetic
 from rnnjax.train import devices
+from rnnjax.train import experiment
 from rnnjax.train import tasks
 from rnnjax.train import trainer
 
-VMAPPABLE = ()  # the seed draws the training set, which a group shares
-REPORT = ('exact_match', 'token_accuracy', 'sampled_exact_match', 'exact_match_unseen',
-          'final_train_loss')
 EXAMPLES = 5  # test examples written to the summary
 
 
-def check_config(config) -> None:
-  """Raises ValueError naming ``config.<field>``, with the expected and the given value."""
-  if config.cell not in seq2seq.CELLS:
-    raise ValueError(f'config.cell: expected one of {seq2seq.CELLS}, got {config.cell!r}')
-  for name in ('min_digits', 'max_digits', 'train_size', 'test_size', 'embedding_size',
-               'hidden_size', 'batch_size', 'max_decode_length'):
-    value = config[name]
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-      raise ValueError(f'config.{name}: expected an int >= 1, got {value!r}')
+def check(config) -> None:
+  """The rules between fields: digits, decoding length, batch and the memory of the data.
+
+  Raises:
+    ValueError: naming ``config.<field>``, with the expected and the given value.
+  """
   if config.min_digits > config.max_digits:
     raise ValueError(f'config.min_digits: expected at most max_digits = {config.max_digits}, '
                      f'got {config.min_digits}')
@@ -58,9 +50,6 @@ def check_config(config) -> None:
                      f'{config.test_size} sequences of up to {config.max_digits} digits take '
                      f'{data_bytes / 2**30:.3g} GiB, more than a third of the '
                      f'{memory / 2**30:.3g} GiB of memory here; expected fewer')
-  if not config.sample_temperature >= 0:
-    raise ValueError(f'config.sample_temperature: expected a value >= 0 (0: greedy), got '
-                     f'{config.sample_temperature!r}')
 
 
 def digits_text(ids) -> str:
@@ -168,3 +157,34 @@ def task(config) -> trainer.Task:
   return trainer.Task(init=init, loss=loss, batch=batch, probe=probe,
                       recurrent_weight=lambda params: diagnostics.recurrent_matrix(
                           params['encoder']), report=report)
+
+
+def _temperature(value) -> bool:
+  return isinstance(value, (int, float)) and value >= 0
+
+
+Field, Check = experiment.Field, experiment.Check
+EXPERIMENT = experiment.Experiment(
+    name=__name__, task=task, check=check,
+    fields={
+        'seed': experiment.TRAINER_FIELDS['seed']._replace(
+            help='params, training data and batch order; the test set uses another key'),
+        'cell': Field('gru', experiment.one_of(seq2seq.CELLS),
+                      'gru | elman, encoder and decoder both'),
+        'min_digits': Field(1, experiment.integer(1)),
+        'max_digits': Field(8, experiment.integer(1)),
+        'train_size': Field(100_000, experiment.integer(1),
+                            'a fixed training set, shuffled per epoch'),
+        'test_size': Field(2000, experiment.integer(1)),
+        'max_decode_length': Field(9, experiment.integer(1),
+                                   'decoding stops at <eos> or after this many tokens (the '
+                                   'longest target is max_digits + 1)'),
+        'embedding_size': Field(32, experiment.integer(1)),
+        'hidden_size': Field(128, experiment.integer(1)),
+        'batch_size': Field(128, experiment.integer(1)),
+        'sample_temperature': Field(1.0, Check('a value >= 0 (0: greedy)', _temperature),
+                                    'sampled decoding is reported beside greedy'),
+    },
+    report=('exact_match', 'token_accuracy', 'sampled_exact_match', 'exact_match_unseen',
+            'final_train_loss'),
+    vmappable=())  # none: the seed draws the training set, which a group shares

@@ -10,15 +10,19 @@ import pytest
 
 from experiments import classify
 from experiments.configs import classify as classify_config
+from rnnjax import combinators
+from rnnjax import models
 from rnnjax.data import classification
 from rnnjax.data import corpora
+from rnnjax.train import experiment
 from rnnjax.train import harness
-from rnnjax.train import run_folder
+from rnnjax.train import records
 from rnnjax.train import tasks
 from rnnjax.train import trainer
 
 V, E, H = 12, 5, 7
-features = jax.jit(classify.features, static_argnames=('cell', 'last_state'))  # one compile a shape
+# one compile a shape
+features = jax.jit(models.text_features, static_argnames=('cell', 'last_state'))
 
 
 @pytest.fixture
@@ -76,7 +80,7 @@ def padded_batch(key, lengths, steps):
 @pytest.mark.parametrize('cell', ['elman', 'gru', 'lstm'])
 @pytest.mark.parametrize('bidirectional', [False, True])
 def test_true_last_state_is_the_state_of_each_text_alone(key, cell, bidirectional):
-  params = classify.init_classifier(key, cell, V, 3, E, H, bidirectional=bidirectional)
+  params = models.init_text_classifier(key, cell, V, 3, E, H, bidirectional=bidirectional)
   lengths = np.array([5, 1, 8, 3], np.int32)
   ids = padded_batch(jax.random.key(1), lengths, 8)
   true = features(params, ids, lengths, cell, 'true')
@@ -95,13 +99,13 @@ def test_true_last_state_is_the_state_of_each_text_alone(key, cell, bidirectiona
 
 @pytest.mark.parametrize('last_state', ['true', 'padded_end'])
 def test_batch_permutation_permutes_the_logits(key, last_state):
-  params = classify.init_classifier(key, 'gru', V, 3, E, H, bidirectional=True)
+  params = models.init_text_classifier(key, 'gru', V, 3, E, H, bidirectional=True)
   lengths = np.array([5, 1, 8, 3, 6], np.int32)
   ids = padded_batch(jax.random.key(2), lengths, 8)
-  scores = classify.logits(params, ids, lengths, 'gru', last_state)
+  scores = models.text_logits(params, ids, lengths, 'gru', last_state)
   order = np.array([3, 0, 4, 1, 2])
-  np.testing.assert_allclose(classify.logits(params, ids[order], lengths[order], 'gru',
-                                             last_state), scores[order], atol=1e-6)
+  np.testing.assert_allclose(models.text_logits(params, ids[order], lengths[order], 'gru',
+                                                last_state), scores[order], atol=1e-6)
   assert np.abs(np.asarray(scores[1:] - scores[:-1])).min() > 1e-4  # rows do differ
 
 
@@ -124,18 +128,19 @@ def test_training_on_a_separable_task_reaches_high_accuracy():
   ids[:, 0] = labels + 2
   ids[np.arange(12)[None, :] >= lengths[:, None]] = classification.PAD_ID
   def loss(params, carry, batch, key):
-    scores = classify.logits(params, batch['ids'], batch['lengths'], 'gru', 'true')
+    scores = models.text_logits(params, batch['ids'], batch['lengths'], 'gru', 'true')
     return optax.softmax_cross_entropy_with_integer_labels(scores, batch['labels']).mean(), carry
 
   def batch(step):
     chosen = tasks.batch_indices(512, 32, 0, step)
     return {'ids': ids[chosen], 'lengths': lengths[chosen], 'labels': labels[chosen]}
 
-  task = trainer.Task(init=lambda c, k: classify.init_classifier(k, 'gru', 16, 4, 8, 16),
+  task = trainer.Task(init=lambda c, k: models.init_text_classifier(k, 'gru', 16, 4, 8, 16),
                       loss=loss, batch=batch)
-  config = ml_collections.ConfigDict(dict(
-      seed=0, steps=150, log_every=50, checkpoint_every=0, optimizer='adam', learning_rate=1e-2,
-      clipping='global_norm', clip_threshold=1.0, on_divergence='stop'))
+  config = ml_collections.ConfigDict({name: field.default for name, field
+                                      in experiment.TRAINER_FIELDS.items()})
+  config.update(steps=150, log_every=50, optimizer='adam', learning_rate=1e-2,
+                clipping='global_norm')
   params, records, _ = trainer.train(task, [config])
   params, record = params[0], records[0]
   assert record['steps_done'] == 150 and record['final_train_loss'] < 0.1
@@ -159,16 +164,16 @@ def test_corpora_are_split_and_read(classification_data_dir):
 
 @pytest.mark.parametrize('cell', ['elman', 'gru'])
 def test_run_writes_the_summary_and_the_diagnostics(classification_data_dir, tmp_path, cell):
-  config = classify_config.get_config()
-  config.update(data_dir=str(classification_data_dir), max_length=16, embedding_size=8,
-                hidden_size=8, batch_size=32, steps=3, log_every=1, cell=cell)
-  summary, = harness.run_group(classify, [config], [tmp_path])
+  config = experiment.override(classify_config.get_config(), dict(
+      data_dir=str(classification_data_dir), max_length=16, embedding_size=8, hidden_size=8,
+      batch_size=32, steps=3, log_every=1, cell=cell))
+  summary, = harness.run_group(classify.EXPERIMENT, [config], [tmp_path])
   assert json.loads((tmp_path / 'summary.json').read_text()) == summary
   assert summary['status'] == 'finished' and summary['steps_done'] == 3
   assert (summary['train_size'], summary['test_size']) == (6000, 1600)
   assert summary['majority_accuracy'] == 0.25 and 0 <= summary['test_accuracy'] <= 1
   assert 2 < summary['vocabulary_size'] <= config.max_vocabulary
-  lines = run_folder.read_metrics(tmp_path)
+  lines = records.read_metrics(tmp_path)
   assert [line['step'] for line in lines] == [1, 2, 3]
   assert all(0 < line['spectral_radius'] < 10 for line in lines)
   assert set(lines[0]['profile']) == {'1', '2', '5', '10'}  # k < T = 16
@@ -179,20 +184,20 @@ def test_run_writes_the_summary_and_the_diagnostics(classification_data_dir, tmp
                                 ('optimizer', 'adamx', "config.optimizer: expected one of")):
     bad = config.copy_and_resolve_references()
     bad[field] = value
-    with pytest.raises((ValueError, run_folder.ConfigMismatch), match=message):
-      harness.run_group(classify, [bad], [tmp_path])
+    with pytest.raises(ValueError, match=message):
+      harness.run_group(classify.EXPERIMENT, [bad], [tmp_path])
   assert {p: p.read_bytes() for p in tmp_path.rglob('*') if p.is_file()} == before
 
 
 def test_the_probe_differentiates_the_first_layer_states(key):
   """The probe's loss of the first layer's forward states equals the model's loss."""
   for bidirectional, layers in ((False, 1), (True, 2)):
-    params = classify.init_classifier(key, 'gru', V, 3, E, H, layers, bidirectional)
+    params = models.init_text_classifier(key, 'gru', V, 3, E, H, layers, bidirectional)
     lengths = np.array([5, 1, 8, 3], np.int32)
     ids = padded_batch(jax.random.key(1), lengths, 8)
-    states, _ = classify.combinators.layer_for('gru')(
+    states, _ = combinators.layer_for('gru')(
         params['recurrence'][0][0], params['embedding'][ids], np.zeros((4, H), np.float32),
         lengths)
     np.testing.assert_allclose(
-        classify.logits(params, ids, lengths, 'gru', 'true', first_states=states),
-        classify.logits(params, ids, lengths, 'gru', 'true'), atol=1e-6)
+        models.text_logits(params, ids, lengths, 'gru', 'true', first_states=states),
+        models.text_logits(params, ids, lengths, 'gru', 'true'), atol=1e-6)

@@ -37,8 +37,8 @@ def test_evaluate_equals_mean_window_loss(setup):
 
 
 def test_scoring_refuses_ids_and_targets_that_do_not_fit(setup):
-  """Out-of-range ids gave a plausible score (1.946 for ids + V), mismatched targets too
-  (helper-12); every entry point now names what does not fit."""
+  """Out-of-range ids and mismatched targets would give a plausible score: every entry
+  point names what does not fit."""
   model, params, inputs, targets = setup
   with pytest.raises(ValueError, match=r'inputs: expected ids in \[0, V\) = \[0, 11\), got min 11'):
     evaluation.evaluate(model, params, inputs + V, targets)
@@ -136,19 +136,20 @@ def test_streaming_sums_millions_of_tokens_exactly(streams, steps):
     ('sample_temperature', -1.0, r'config.sample_temperature: expected a value >= 0 \(0: greedy\), got -1.0'),
     ('sample_prompt', '', 'config.sample_prompt: expected at least one character'),
     ('corpus', 'foo', r"config.corpus: expected one of \[.*'tinyshakespeare'.*\], got 'foo'"),
-    # helper-14: a sweep's --config.experiment=ptb_chars reached config.json while the
-    # workers trained the config file's experiment
-    ('experiment', 'ptb_chars', "config.experiment: expected 'char_lm' \\(the experiment this "
-                               "group runs\\), got 'ptb_chars'"),
+    # a config of another experiment is refused, not trained as this one
+    ('experiment', 'experiments.ptb_chars', "config.experiment: expected 'experiments.char_lm' "
+                                           "\\(the experiment this group runs\\), got "
+                                           "'experiments.ptb_chars'"),
 ])
 def test_char_lm_config_is_checked_before_training(field, value, message):
   from experiments import char_lm
   from experiments.configs import char_lm as configs
-  from rnnjax.train import harness
+  from rnnjax.train import experiment
   config = configs.get_config()
+  experiment.check(char_lm.EXPERIMENT, config)  # the default passes
   config[field] = value
   with pytest.raises(ValueError, match=message):
-    harness.check(char_lm, [config])
+    experiment.check(char_lm.EXPERIMENT, config)
 
 
 def test_prompt_outside_the_vocabulary_is_named(setup):

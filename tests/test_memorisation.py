@@ -1,4 +1,4 @@
-"""Seed note 001's char-level run: memorise a pangram, then regenerate it greedily."""
+"""A char-level run: memorise a pangram, then regenerate it greedily."""
 
 import math
 
@@ -10,7 +10,8 @@ import pytest
 from rnnjax import models
 from rnnjax import sampling
 from rnnjax.data import text
-from rnnjax.train import run_folder
+from rnnjax.train import experiment
+from rnnjax.train import records
 from rnnjax.train import tasks
 from rnnjax.train import trainer
 
@@ -21,12 +22,12 @@ def test_memorises_the_quick_brown_fox(tmp_path):
   vocabulary = text.char_vocabulary(CORPUS)
   assert len(vocabulary) == 28
   inputs, targets = text.stream_windows(text.encode(CORPUS, vocabulary), 1, 24)
-  assert inputs.shape == (7, 1, 24)  # as the seed's loop: 7 windows, then the carry resets
+  assert inputs.shape == (7, 1, 24)  # 7 windows, then the carry resets
 
   model = models.LanguageModel(vocab_size=28, hidden_size=48, embedding_size=0)
 
   def init(config, key):
-    """Seed: every weight N(0, 0.01), biases zero."""
+    """Every weight N(0, 0.01), biases zero."""
     params = tasks.init_language_model(model, key)
     leaves, treedef = jax.tree_util.tree_flatten(params)
     keys = jax.random.split(jax.random.key(1), len(leaves))
@@ -34,14 +35,14 @@ def test_memorises_the_quick_brown_fox(tmp_path):
         0.01 * jax.random.normal(k, p.shape) if p.ndim == 2 else jnp.zeros_like(p)
         for k, p in zip(keys, leaves)])
 
-  config = ml_collections.ConfigDict(dict(
-      seed=0, steps=1000, log_every=100, checkpoint_every=0, optimizer='adagrad',
-      learning_rate=0.1, clipping='elementwise', clip_threshold=5.0, on_divergence='stop'))
-  run_folder.start(tmp_path, config.to_dict(), overwrite=False)
-  params, records, _ = trainer.train(tasks.truncated_bptt(model, inputs, targets, init, None),
-                                     [config], [tmp_path])
-  params, record = params[0], records[0]
-  lines = run_folder.read_metrics(tmp_path)
+  config = ml_collections.ConfigDict({name: field.default for name, field
+                                      in experiment.TRAINER_FIELDS.items()})
+  config.update(steps=1000, optimizer='adagrad', learning_rate=0.1, clipping='elementwise',
+                clip_threshold=5.0)
+  params, run_records, _ = trainer.train(
+      tasks.truncated_bptt(model, inputs, targets, init, None), [config], [tmp_path])
+  params, record = params[0], run_records[0]
+  lines = records.read_metrics(tmp_path)
   assert lines[0]['step'] == 1
   assert lines[0]['loss'] == pytest.approx(math.log(28), abs=5e-4)  # 3.332 nats
   assert round(lines[0]['loss'], 3) == 3.332

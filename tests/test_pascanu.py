@@ -8,13 +8,14 @@ import optax
 import pytest
 
 from rnnjax import cells
+from rnnjax import clipping
 from rnnjax import diagnostics
 from rnnjax import initializers
 from rnnjax import recurrence
 from rnnjax import regularizers
 from rnnjax.data import synthetic
 from rnnjax.train import optimizers
-from rnnjax.train import pascanu
+
 from rnnjax.train import trainer
 
 # The scalar cell "C1-like": h_t = tanh(0.5 x_t + 1.5 h_{t-1} - 0.25), h_{-1} = 0, x = (1, 2),
@@ -172,9 +173,9 @@ def test_omega_errors():
     regularizers.omega(w, states, states, activation='sigmoid')
 
 
-REFERENCE_CLIP = pascanu.clip_with_fallback()
+REFERENCE_CLIP = clipping.clip_with_fallback()
 REFERENCE_CLIP_UPDATE = jax.jit(REFERENCE_CLIP.update)
-SGD = pascanu.clipped_sgd(0.01)
+SGD = clipping.clipped_sgd(0.01)
 SGD_UPDATE = jax.jit(SGD.update)
 
 
@@ -205,12 +206,12 @@ def test_clipping_rescales_huge_norm_without_overflow():
   grads = {'W_hh': jnp.array([3e19, 4e19], jnp.float32)}
   params = {'W_hh': jnp.array([1.0, 2.0])}
   assert not np.isfinite(jnp.sqrt(jnp.sum(grads['W_hh'] ** 2)))  # the naive norm overflows
-  np.testing.assert_allclose(pascanu.global_norm(grads), 5e19, rtol=1e-6)
-  trusting = pascanu.clip_with_fallback(threshold=1.0, max_trusted_norm=np.inf)
+  np.testing.assert_allclose(clipping.global_norm(grads), 5e19, rtol=1e-6)
+  trusting = clipping.clip_with_fallback(threshold=1.0, max_trusted_norm=np.inf)
   out, _ = jax.jit(trusting.update)(grads, trusting.init(params), params)
   np.testing.assert_allclose(out['W_hh'], [0.6, 0.8], rtol=1e-6)
   # The reference's own rule (norm > 1e10 is untrusted) takes the fallback instead.
-  reference = pascanu.clip_with_fallback()
+  reference = clipping.clip_with_fallback()
   out, _ = reference.update(grads, reference.init(params), params)
   np.testing.assert_allclose(out['W_hh'], [0.02, 0.04], rtol=1e-6)
   out, _ = reference.update({'W_hh': jnp.array([3.0, 4.0])}, None, params)
@@ -222,8 +223,8 @@ def test_clipping_rescales_huge_norm_without_overflow():
 
 def test_clipping_errors():
   with pytest.raises(ValueError, match=r'threshold: expected a value > 0'):
-    pascanu.clip_with_fallback(threshold=0.0)
-  clip = pascanu.clip_with_fallback()
+    clipping.clip_with_fallback(threshold=0.0)
+  clip = clipping.clip_with_fallback()
   with pytest.raises(ValueError, match=r'params: expected the current params'):
     clip.update({'W_hh': jnp.ones(2)}, None)
   with pytest.raises(ValueError, match=r"recurrent_name: expected a leaf named 'W_hh'"):
@@ -354,9 +355,11 @@ def fallback_task(w_hh=1.0):
 
 
 def trainer_config(**overrides):
-  fields = dict(seed=0, steps=3, log_every=1, checkpoint_every=0, optimizer='sgd',
-                learning_rate=0.5, clipping='pascanu', clip_threshold=1.0,
-                on_divergence='stop')
+  """The trainer fields' defaults (``experiment.TRAINER_FIELDS``), 3 steps of SGD at 0.5
+  with the reference clipping, and ``overrides``."""
+  from rnnjax.train import experiment
+  fields = {name: field.default for name, field in experiment.TRAINER_FIELDS.items()}
+  fields.update(steps=3, log_every=1, optimizer='sgd', learning_rate=0.5, clipping='pascanu')
   fields.update(overrides)
   return ml_collections.ConfigDict(fields)
 

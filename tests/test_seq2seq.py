@@ -8,12 +8,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from experiments import seq2seq as experiment
+from experiments import seq2seq as seq2seq_experiment
 from experiments.configs import seq2seq as configs
-from rnnjax.train import harness
 from rnnjax import combinators
 from rnnjax import seq2seq
 from rnnjax.data import synthetic
+from rnnjax.train import experiment
+from rnnjax.train import harness
+
+SEQ2SEQ = seq2seq_experiment.EXPERIMENT
 
 VOCAB = synthetic.REVERSAL_VOCAB_SIZE
 # Jitted once per cell (and temperature), so that the tests compile each program once.
@@ -53,7 +56,7 @@ def test_reversal_targets_are_the_reversed_digits(key):
     np.testing.assert_array_equal(source[length:], seq2seq.PAD)
     np.testing.assert_array_equal(target, np.concatenate(
         [digits[::-1], [seq2seq.EOS], np.zeros(6 - length, np.int32)]))
-  assert experiment.digits_text(np.array([4, 3, 12, 2, 0])) == '109'
+  assert seq2seq_experiment.digits_text(np.array([4, 3, 12, 2, 0])) == '109'
   assert (seq2seq.PAD, seq2seq.BOS, seq2seq.EOS, synthetic.REVERSAL_FIRST_DIGIT, VOCAB) == (
       0, 1, 2, 3, 13)
   assert (synthetic.REVERSAL_PAD, synthetic.REVERSAL_BOS, synthetic.REVERSAL_EOS) == (
@@ -177,12 +180,12 @@ def test_accuracies():
 
 
 def test_short_training_run_learns_reversal(tmp_path):
-  config = configs.get_config()
-  config.update({'max_digits': 3, 'train_size': 4000, 'test_size': 500, 'embedding_size': 16,
-                 'hidden_size': 48, 'batch_size': 64, 'steps': 300, 'learning_rate': 1e-2,
-                 'log_every': 100})
+  config = experiment.override(configs.get_config(), {
+      'max_digits': 3, 'train_size': 4000, 'test_size': 500, 'embedding_size': 16,
+      'hidden_size': 48, 'batch_size': 64, 'steps': 300, 'learning_rate': 1e-2,
+      'log_every': 100})
   assert config.max_decode_length == 4  # follows max_digits
-  summary, = harness.run_group(experiment, [config], [tmp_path])
+  summary, = harness.run_group(SEQ2SEQ, [config], [tmp_path])
   written = json.loads((tmp_path / 'summary.json').read_text())
   assert written['exact_match'] == summary['exact_match'] and written['status'] == 'finished'
   assert summary['steps_done'] == 300
@@ -207,7 +210,7 @@ def test_short_training_run_learns_reversal(tmp_path):
     ('max_decode_length', 8, r'config.max_decode_length: expected at least max_digits \+ 1 = 9'),
     ('batch_size', 200_000, 'config.batch_size: expected at most train_size = 100000'),
     ('sample_temperature', -1.0, r'config.sample_temperature: expected a value >= 0'),
-    # helper-12: the data draw of 40 GB hung the process (SIGTERM ignored) before training
+    # refused before the draw, whose 40 GB would hang the process before training
     ('max_digits', 100_000, r'config.max_digits, config.train_size: 100000 \+ 2000 sequences of '
                             r'up to 100000 digits take 76 GiB, more than a third of the'),
     ('optimizer', 'rmsprop', "optimizer: expected one of .* got 'rmsprop'"),
@@ -216,4 +219,4 @@ def test_config_is_checked_before_training(field, value, message):
   config = configs.get_config()
   config[field] = value
   with pytest.raises(ValueError, match=message):
-    harness.check(experiment, [config])
+    experiment.check(SEQ2SEQ, config)

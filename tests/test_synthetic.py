@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from experiments import long_range
-from rnnjax.train import harness
-from rnnjax.train import trainer
+from experiments.configs import long_range as configs
 from rnnjax.data import synthetic
+from rnnjax.train import experiment
+from rnnjax.train import trainer
 
 
 def test_adding_problem(key):
@@ -70,15 +71,14 @@ def test_tasks_under_vmap():
 
 def test_vmapped_runs_equal_solo_runs():
   # Stacking runs into one vmapped program changes nothing: each run's result equals its solo run.
-  from experiments.configs import long_range as configs
   runs = []
   for init, radius, clipping in (('gaussian', 0.5, 'none'), ('orthogonal', 1.0, 'global_norm')):
-    config = configs.get_config()
-    config.update(length=10, steps=30, log_every=10, test_size=64, hidden_size=8,
-                  recurrent_init=init, spectral_radius=radius, clipping=clipping,
-                  seed=len(runs))
-    runs.append(config)
-  harness.check(long_range, runs)  # one group
+    runs.append(experiment.override(configs.get_config(), dict(
+        length=10, steps=30, log_every=10, test_size=64, hidden_size=8, recurrent_init=init,
+        spectral_radius=radius, clipping=clipping, seed=len(runs))))
+  for config in runs:
+    experiment.check(long_range.EXPERIMENT, config)
+  assert len({experiment.group_key(long_range.EXPERIMENT, c) for c in runs}) == 1  # one group
   task = long_range.task(runs[0])
   together, records, _ = trainer.train(task, runs)
   for config, params, record in zip(runs, together, records):
@@ -100,10 +100,9 @@ def test_vmapped_runs_equal_solo_runs():
     ('optimizer', 'rmsprop', "config.optimizer: expected one of .* got 'rmsprop'"),
 ])
 def test_long_range_config_is_checked_before_training(field, value, message):
-  from experiments.configs import long_range as configs
   config = configs.get_config()
   config[field] = value
   if field == 'clip_threshold':
     config.clipping = 'global_norm'
   with pytest.raises(ValueError, match=message):
-    harness.check(long_range, [config])
+    experiment.check(long_range.EXPERIMENT, config)

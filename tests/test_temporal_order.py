@@ -13,25 +13,36 @@ from experiments import ptb_chars
 from experiments import temporal_order
 from experiments.configs import ptb_chars as ptb_chars_config
 from experiments.configs import temporal_order as temporal_order_config
-from launch import sweep
 from rnnjax import cells
 from rnnjax import diagnostics
 from rnnjax import evaluation
+from rnnjax import fused
+from rnnjax import models
 from rnnjax import regularizers
+from rnnjax.data import synthetic
+from rnnjax.train import experiment
+from rnnjax.train import folder as run_folder
 from rnnjax.train import harness
-from rnnjax.train import run_folder
+from rnnjax.train import records
+from rnnjax.train import sweep
 from rnnjax.train import tasks
-from rnnjax.train import trainer
+
+TEMPORAL_ORDER = temporal_order.EXPERIMENT
+init_pascanu = jax.jit(models.init_pascanu, static_argnums=(1, 2, 3, 4))  # one compile a shape
 
 
 def tiny(**overrides):
   """A temporal-order config small enough to train in a test."""
-  config = temporal_order_config.get_config()
   fields = dict(length=10, hidden_size=4, batch_size=4, steps=3, log_every=2, test_size=20,
                 test_chunk=10)
   fields.update(overrides)
-  config.update(fields)
-  return config
+  return experiment.override(temporal_order_config.get_config(), fields)
+
+
+def init_params(config, key):
+  """The params of a temporal-order run of ``config``."""
+  return init_pascanu(key, config.init, synthetic.TEMPORAL_ORDER_SYMBOLS, config.hidden_size,
+                      synthetic.TEMPORAL_ORDER_CLASSES)
 
 
 @pytest.mark.parametrize('field, value, message', [
@@ -50,28 +61,27 @@ def tiny(**overrides):
 ])
 def test_config_errors_name_the_field(field, value, message):
   config = temporal_order_config.get_config()
-  temporal_order.check_config(config)  # the default passes
+  experiment.check(TEMPORAL_ORDER, config)  # the default passes
   config[field] = value
   with pytest.raises(ValueError, match=message):
-    harness.check(temporal_order, [config])
+    experiment.check(TEMPORAL_ORDER, config)
 
 
 def test_sweep_trains_all_seeds_and_inits_of_a_setting_as_one_group():
   module = temporal_order_config
   overrides = module.get_sweep()
   assert len(overrides) == 4 * 3 * 2 * 5
-  configs = sweep.run_configs(module.get_config(), overrides)
+  configs = sweep.run_configs(module.get_config(), overrides, {})
   groups = {}
   for config in configs:
-    harness.check(temporal_order, [config])
-    groups.setdefault(trainer.group_key(config, temporal_order.VMAPPABLE), []).append(config)
+    experiment.check(TEMPORAL_ORDER, config)
+    groups.setdefault(experiment.group_key(TEMPORAL_ORDER, config), []).append(config)
   assert len(groups) == 4 * 3  # one program per (length, method)
   for members in groups.values():
     assert len(members) == 10
     assert {(c.seed, c.init) for c in members} == {
-        (s, i) for s in range(5) for i in temporal_order.INITS}
+        (s, i) for s in range(5) for i in models.PASCANU_INITS}
     assert len({(c.length, c.method, c.clipping, c.omega_weight) for c in members}) == 1
-    harness.check(temporal_order, members)  # one group: no error
   methods = {c.method: (c.clipping, c.omega_weight, c.learning_rate, c.batch_size,
                         c.hidden_size) for c in configs}
   assert methods == {'MSGD': ('none', 0.0, 0.01, 20, 50), 'MSGD-C': ('pascanu', 0.0, 0.01, 20, 50),
@@ -79,8 +89,8 @@ def test_sweep_trains_all_seeds_and_inits_of_a_setting_as_one_group():
 
 
 def test_inits_follow_the_reference_code(key):
-  basic = temporal_order.init_params(tiny(init='basic_tanh', hidden_size=50), key)
-  smart = temporal_order.init_params(tiny(init='smart_tanh', hidden_size=50), key)
+  basic = init_params(tiny(init='basic_tanh', hidden_size=50), key)
+  smart = init_params(tiny(init='smart_tanh', hidden_size=50), key)
   assert basic['cell']['W_xh'].shape == (6, 50) and basic['W_out'].shape == (50, 4)
   np.testing.assert_allclose(np.std(basic['cell']['W_hh']), 0.1, rtol=0.05)
   np.testing.assert_allclose(np.std(smart['W_out']), 0.01, rtol=0.2)
@@ -92,21 +102,21 @@ def test_inits_follow_the_reference_code(key):
 @pytest.mark.parametrize('mode', ['fixed', 'range'])
 def test_omega_term_in_the_loss_has_the_gradient_of_omega_value_and_grad(key, mode):
   config = tiny(mode=mode, min_length=10, max_length=14, hidden_size=5, init='basic_tanh')
-  params = temporal_order.init_params(config, key)
+  params = init_params(config, key)
   params['cell']['W_hh'] = 0.6 * params['cell']['W_hh'] / 0.1  # gradients that do not vanish
   inputs, targets, lengths = temporal_order.draw(config, jax.random.key(3), 3)
   weight = 2.0
 
   @jax.jit
   def compute(params):
-    grad = lambda w: jax.value_and_grad(temporal_order.loss_fn)(params, inputs, targets, lengths,
-                                                                w)
+    grad = lambda w: jax.value_and_grad(models.pascanu_loss)(params, inputs, targets, lengths,
+                                                             w)
     (plain, g_plain), (regularized, g_reg) = grad(0.0), grad(weight)
     initial = jnp.zeros((inputs.shape[0], 5))
-    last = lambda s: temporal_order.last_states(s, lengths)
+    last = lambda s: models.last_states(s, lengths)
     _, errors = diagnostics.state_gradients(
         cells.elman('tanh'), params['cell'], inputs, initial,
-        lambda s: temporal_order.readout_loss(params, last(s), targets))
+        lambda s: models.pascanu_readout_loss(params, last(s), targets))
     omega, g_omega = regularizers.omega_value_and_grad(params['cell'], inputs, initial, errors,
                                                        lengths=lengths)
     return plain, g_plain, regularized, g_reg, omega, g_omega
@@ -121,6 +131,22 @@ def test_omega_term_in_the_loss_has_the_gradient_of_omega_value_and_grad(key, mo
     np.testing.assert_array_equal(g_omega[name], 0.0)
   for name in ('W_out', 'b_out'):
     np.testing.assert_allclose(g_reg[name], g_plain[name], rtol=1e-6, atol=1e-9)
+
+
+def test_test_errors_read_the_state_at_each_length(key):
+  """``models.pascanu_errors`` (a scan that keeps only the last state) counts the
+  errors of the fused layer's final state, and of each sequence run alone."""
+  params = init_pascanu(key, 'basic_tanh', 6, 8, 4)
+  params['W_out'] = 30.0 * params['W_out']  # class scores that depend on the state
+  inputs, targets = synthetic.temporal_order_pascanu(jax.random.key(5), 64, 16)
+  lengths = jnp.asarray(np.random.default_rng(0).integers(10, 17, 64), jnp.int32)
+  errors = float(jax.jit(models.pascanu_errors)(params, inputs, targets, lengths))
+  _, last = fused.elman_layer(params['cell'], inputs, jnp.zeros((64, 8)), lengths)
+  wrong = np.argmax(last @ params['W_out'] + params['b_out'], -1) != np.asarray(targets)
+  assert errors == wrong.sum() and 5 <= errors <= 59  # neither none nor all
+  alone = [float(models.pascanu_errors(params, inputs[i:i + 1, :int(lengths[i])], targets[i:i + 1]))
+           for i in range(0, 64, 8)]
+  np.testing.assert_array_equal(alone, wrong[::8])
 
 
 def test_omega_penalty_gradient_equals_omega_value_and_grad():
@@ -153,7 +179,7 @@ def test_tiny_run_writes_test_error_success_and_profile(tmp_path):
   configs = [tiny(seed=seed, init=init, method='MSGD-C', omega_weight=0.0)
              for seed, init in ((0, 'smart_tanh'), (1, 'basic_tanh'))]
   folders = [tmp_path / f'run_{i}' for i in range(2)]
-  summaries = harness.run_group(temporal_order, configs, folders)
+  summaries = harness.run_group(TEMPORAL_ORDER, configs, folders)
   for folder, summary in zip(folders, summaries):
     written = json.loads((folder / run_folder.SUMMARY).read_text())
     assert written == json.loads(json.dumps(summary))
@@ -164,7 +190,7 @@ def test_tiny_run_writes_test_error_success_and_profile(tmp_path):
     assert 'test_error_by_length' not in written  # no test_lengths
     assert set(written['last_profile']) == {'1', '2', '5'}  # distances k < T = 10
     assert all(v > 0 for v in written['last_profile'].values())
-    lines = run_folder.read_metrics(folder)
+    lines = records.read_metrics(folder)
     assert [line['step'] for line in lines] == [1, 2, 3]
     assert all(set(line['profile']) == {'1', '2', '5'} for line in lines)
     assert all(np.isfinite(line['spectral_radius']) for line in lines)
@@ -174,7 +200,7 @@ def test_tiny_run_writes_test_error_success_and_profile(tmp_path):
 
 def test_range_mode_draws_padded_batches_and_tests_at_its_lengths(key):
   config = tiny(mode='range', min_length=10, max_length=14, test_lengths=(20,))
-  harness.check(temporal_order, [config])
+  experiment.check(TEMPORAL_ORDER, config)
   inputs, targets, lengths = temporal_order.draw(config, key, 4)
   assert inputs.shape == (4, 13, 6) and targets.shape == (4,)
   assert 10 <= int(lengths[0]) <= 13
@@ -200,16 +226,16 @@ def test_ptb_chars_keep_word_boundaries():
 def test_tiny_ptb_chars_run(tmp_path):
   if not ptb_available():
     pytest.skip('no ptb/ptb.{train,valid,test}.txt under RNNJAX_DATA_DIR')
-  base = ptb_chars_config.get_config()
-  base.update(dict(hidden_size=8, batch_size=2, truncation=8, steps=2, log_every=1,
-                   checkpoint_every=0, max_eval_chars=100))
-  configs = sweep.run_configs(base, ptb_chars_config.get_sweep())
+  base = experiment.override(ptb_chars_config.get_config(), dict(
+      hidden_size=8, batch_size=2, truncation=8, steps=2, log_every=1, checkpoint_every=0,
+      max_eval_chars=100))
+  configs = sweep.run_configs(base, ptb_chars_config.get_sweep(), {})
   assert [(c.method, c.clipping, c.omega_weight) for c in configs] == [
       ('MSGD', 'none', 0.0), ('MSGD-C', 'pascanu', 0.0), ('MSGD-CR', 'pascanu', 2.0)]
   for config in configs:
-    harness.check(ptb_chars, [config])
+    experiment.check(ptb_chars.EXPERIMENT, config)
   config = configs[2]  # MSGD-CR: clipping and Omega
-  summary, = harness.run_group(ptb_chars, [config], [tmp_path / config.method])
+  summary, = harness.run_group(ptb_chars.EXPERIMENT, [config], [tmp_path / config.method])
   assert summary['status'] == 'finished' and summary['steps_done'] == 2
   assert summary['vocab_size'] == 50 and summary['test_chars'] == 100
   assert summary['paper_test_bits_per_char'] == 1.41
@@ -218,12 +244,12 @@ def test_tiny_ptb_chars_run(tmp_path):
   bad = configs[0].copy_and_resolve_references()
   bad.omega_weight = 2.0
   with pytest.raises(ValueError, match=r"config.method: 'MSGD' expects clipping 'none'"):
-    harness.check(ptb_chars, [bad])
+    experiment.check(ptb_chars.EXPERIMENT, bad)
 
 
 def test_ptb_omega_term_gradient_equals_omega_value_and_grad(key):
-  config = ptb_chars_config.get_config()
-  config.update(dict(hidden_size=6, spectral_radius=1.2))
+  config = experiment.override(ptb_chars_config.get_config(),
+                               dict(hidden_size=6, spectral_radius=1.2))
   model = ptb_chars.model_for(config, 12)
   rng = np.random.default_rng(0)
   ids = rng.integers(0, 12, size=(2, 3, 6)).astype(np.int32)  # [W, B, tau]

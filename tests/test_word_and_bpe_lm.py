@@ -17,8 +17,9 @@ from rnnjax.data import corpora
 from rnnjax.data import subwords
 from rnnjax.data import text
 from rnnjax import evaluation
+from rnnjax.train import experiment
 from rnnjax.train import harness
-from rnnjax.train import run_folder
+from rnnjax.train import records
 from rnnjax.train import tasks
 
 # (name, words + one <eos> per line) from ../shared/data/README.md.
@@ -126,7 +127,7 @@ def test_perplexity_is_inf_above_the_cap_not_an_overflow():
   with pytest.raises(ValueError, match='count: expected a finite number of tokens > 0, got 0'):
     evaluation.perplexity(1.0, 0)
   with pytest.raises(ValueError, match='count: expected a finite number of tokens > 0, got inf'):
-    evaluation.perplexity(1.0, math.inf)  # gave 1.0 (helper-12)
+    evaluation.perplexity(1.0, math.inf)  # not 1.0
   with pytest.raises(ValueError, match='nll_sum: expected a summed negative log-likelihood >= 0'):
     evaluation.perplexity(-5.0, 3)
   with pytest.raises(ValueError, match="nll_sum: expected .* got '3'"):
@@ -175,11 +176,11 @@ def _tiny_corpus(folder: pathlib.Path, monkeypatch):
 @pytest.mark.parametrize('tokens', ['word', 'bpe'])
 def test_experiment_runs_end_to_end(tmp_path, monkeypatch, tokens):
   _tiny_corpus(tmp_path / 'data', monkeypatch)
-  config = bpe_lm_config.get_config()
-  config.update(data_dir=str(tmp_path / 'data'), tokens=tokens, vocab_size=30, hidden_size=16,
-                embedding_size=8, batch_size=4, truncation=8, steps=60, log_every=30,
-                learning_rate=1e-2, dropout_rate=0.0, sample_prompt='the cat', sample_length=5)
-  summary, = harness.run_group(bpe_lm, [config], [tmp_path / 'run'])
+  config = experiment.override(bpe_lm_config.get_config(), dict(
+      data_dir=str(tmp_path / 'data'), tokens=tokens, vocab_size=30, hidden_size=16,
+      embedding_size=8, batch_size=4, truncation=8, steps=60, log_every=30, learning_rate=1e-2,
+      dropout_rate=0.0, sample_prompt='the cat', sample_length=5))
+  summary, = harness.run_group(bpe_lm.EXPERIMENT, [config], [tmp_path / 'run'])
   assert summary['status'] == 'finished'
   saved = json.loads((tmp_path / 'run' / 'summary.json').read_text())
   # random words: uniform over 10 words and <eos> would be 11; a short run comes near it
@@ -191,15 +192,15 @@ def test_experiment_runs_end_to_end(tmp_path, monkeypatch, tokens):
     assert saved['test_tokens'] > saved['test_words']  # pieces per word >= 1, plus <eos>
     assert (tmp_path / 'run' / 'bpe.model').exists()
   assert saved['sample_greedy'].startswith('the cat | ')
-  lines = run_folder.read_metrics(tmp_path / 'run')
+  lines = records.read_metrics(tmp_path / 'run')
   assert [line['step'] for line in lines] == [1, 30, 60]
   assert lines[0]['spectral_radius'] == pytest.approx(1.0, abs=1e-4)  # the init's rho
   assert set(lines[0]['profile']) >= {'1', '2'}
   # a prompt outside the vocabulary fails before training, in a fresh folder too
-  config.update(sample_prompt='the zebra', vocab_size=10_000)
+  config = experiment.override(config, dict(sample_prompt='the zebra', vocab_size=10_000))
   with pytest.raises(ValueError, match=r"config.sample_prompt: words: 1 words are not in the "
                                        r"vocabulary|config.vocab_size: 10000 is too large"):
-    harness.run_group(bpe_lm, [config], [tmp_path / 'other'])
+    harness.run_group(bpe_lm.EXPERIMENT, [config], [tmp_path / 'other'])
   assert not (tmp_path / 'other').exists()
   assert json.loads((tmp_path / 'run' / 'summary.json').read_text()) == saved
 
@@ -220,7 +221,7 @@ def test_bad_config_is_named(field, value, message):
   config = bpe_lm_config.get_config()
   config[field] = value
   with pytest.raises(ValueError, match=message):
-    harness.check(bpe_lm, [config])
+    experiment.check(bpe_lm.EXPERIMENT, config)
 
 
 def test_sequence_scores_equal_scoring_each_sequence_alone(shared_data_dir):
@@ -229,8 +230,9 @@ def test_sequence_scores_equal_scoring_each_sequence_alone(shared_data_dir):
   sequences = subwords.encode_lines(processor, lines[:40])
   model = models.LanguageModel(300, 32, 16)
   params = tasks.init_language_model(model, jax.random.key(0))
-  total, tokens = bpe_lm.sequence_scores(model, params, sequences, batch_size=16)
-  alone = [bpe_lm.sequence_scores(model, params, [s], batch_size=1) for s in sequences]
+  sequence_scores = bpe_lm.sequence_scorer(model)
+  total, tokens = sequence_scores(params, sequences, batch_size=16)
+  alone = [sequence_scores(params, [s], batch_size=1) for s in sequences]
   assert tokens == sum(len(s) - 1 for s in sequences) == sum(t for _, t in alone)
   assert total == pytest.approx(sum(n for n, _ in alone), rel=1e-5)
   assert total / tokens == pytest.approx(math.log(300), abs=0.1)  # untrained: near uniform

@@ -15,7 +15,7 @@ success rate per (T, init, clipping).
 
 import itertools
 
-import ml_collections
+from experiments import long_range
 
 # (recurrent_init, spectral_radius or gain, activation)
 INITS = (('gaussian', 0.5, 'tanh'), ('gaussian', 1.0, 'tanh'), ('gaussian', 1.2, 'tanh'),
@@ -24,32 +24,8 @@ CLIPPINGS = (('none', 1.0), ('global_norm', 1.0), ('global_norm', 10.0))
 
 
 def get_config():
-  config = ml_collections.ConfigDict()
-  config.experiment = 'long_range'  # the module experiments.long_range
-  config.seed = 0  # init, and every training and test batch
-  config.task = 'adding'  # adding | temporal_order | copy
-  config.length = 50  # T
-  config.copy_memory = 10  # symbols to remember (copy task)
-
-  config.hidden_size = 64
-  config.activation = 'tanh'  # tanh | relu (the IRNN)
-  config.recurrent_init = 'gaussian'  # gaussian | orthogonal | identity | uniform
-  config.spectral_radius = 1.0  # of W_hh at init (the gain for identity)
-
-  config.batch_size = 32
-  config.steps = 2000
-  config.optimizer = 'adam'  # sgd | adagrad | adam | adamw
-  config.learning_rate = 2e-3
-  config.clipping = 'none'  # none | global_norm | elementwise | pascanu
-  config.clip_threshold = 1.0
-  config.on_divergence = 'stop'  # stop | skip
-  config.layout = 'auto'  # auto | data | runs: over several devices, split the batch or the runs
-  config.log_every = 100
-  config.checkpoint_every = 1000  # steps between checkpoints (0: only at the end)
-
-  config.test_size = 1000
-  config.success_threshold = 0.01  # test error: MSE (adding), error rate (others)
-  return config
+  return long_range.EXPERIMENT.config(steps=2000, optimizer='adam', learning_rate=2e-3,
+                                      checkpoint_every=1000)
 
 
 def get_sweep():

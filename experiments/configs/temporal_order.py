@@ -14,7 +14,7 @@ success = under 1% errors on 10,000 fresh sequences. The paper trains for
 up to 5e6 updates, stopping at a validation error under 0.01%; the step
 budget here (``STEPS``) is what fits about 20 minutes of 2 CPU cores for the
 whole sweep, so success at larger T is cut short by the budget, not by the
-method alone (see the report of issue 15).
+method alone.
 
 The generalization test of the paper (one MSGD-CR model trained on lengths
 drawn from [50, 200), tested on longer sequences) is the 'range' mode:
@@ -28,7 +28,7 @@ Chance: 75% errors (4 classes), ln 4 = 1.386 nats.
 
 import itertools
 
-import ml_collections
+from experiments import temporal_order
 
 # method -> (clipping, omega_weight); clip_threshold 1.0 as RNN.py line 495
 METHODS = {'MSGD': ('none', 0.0), 'MSGD-C': ('pascanu', 0.0), 'MSGD-CR': ('pascanu', 2.0)}
@@ -39,35 +39,7 @@ STEPS = 1000  # per run of the sweep: the CPU budget (see the module docstring)
 
 
 def get_config():
-  config = ml_collections.ConfigDict()
-  config.experiment = 'temporal_order'  # the module experiments.temporal_order
-  config.seed = 0  # init, every training batch and the test sequences
-  config.mode = 'fixed'  # fixed: every batch at T = length (Figure 7) | range: as RNN.py
-  config.length = 50  # T (mode fixed)
-  config.min_length = 50  # mode range: each batch at a length in [min_length, max_length)
-  config.max_length = 200
-
-  config.hidden_size = 50
-  config.init = 'smart_tanh'  # smart_tanh (sparse W_hh, rho 0.95) | basic_tanh (N(0, 0.1^2))
-  config.method = 'MSGD-CR'  # label: MSGD | MSGD-C | MSGD-CR (checked against the two below)
-  config.omega_weight = 2.0  # alpha of Omega (RNN.py line 467; the paper says 4); 0: none
-
-  config.batch_size = 20
-  config.steps = STEPS
-  config.optimizer = 'sgd'
-  config.learning_rate = 0.01
-  config.clipping = 'pascanu'  # none | pascanu (global norm with the reference fallback)
-  config.clip_threshold = 1.0
-  config.on_divergence = 'stop'  # stop | skip
-  config.layout = 'auto'  # auto | data | runs: over several devices, split the batch or the runs
-  config.log_every = 100
-  config.checkpoint_every = 0  # steps between checkpoints (0: only at the end)
-
-  config.test_size = 10000  # fresh test sequences (RNN.py state['ebs'])
-  config.test_chunk = 1000  # of them at a time (RNN.py state['cbs'])
-  config.test_lengths = ()  # also test at these lengths (the generalization test)
-  config.success_threshold = 0.01  # test error rate below which a run succeeded
-  return config
+  return temporal_order.EXPERIMENT.config(steps=STEPS)
 
 
 def get_sweep():

@@ -16,6 +16,8 @@ from rnnjax import evaluation
 from rnnjax.data import batching
 from rnnjax.train import trainer
 
+__all__ = ['batch_indices', 'init_language_model', 'truncated_bptt', 'padded_sequences']
+
 
 def batch_indices(num_examples: int, batch_size: int, seed: int, step: int) -> np.ndarray:
   """The examples of a step's batch: each epoch a fresh permutation cut into whole batches.
@@ -108,10 +110,12 @@ def padded_sequences(model, sequences, batch_size: int, max_length: int, pad_id:
                      init, report) -> trainer.Task:
   """Independent sequences, padded per batch, the padding masked out of the loss.
 
-  Batches follow ``batch_indices`` (each epoch a fresh permutation), each padded with ``pad_id`` to a multiple
-  of 16 and cut to ``max_length + 1`` ids; inputs are ids[:, :-1], targets
-  ids[:, 1:], every sequence from a zero state; the loss is the
-  token-weighted mean NLL over non-pad targets (seed note 000).
+  Batches follow ``batch_indices`` (each epoch a fresh permutation), each
+  padded with ``pad_id`` to a multiple of 16 and cut to ``max_length + 1``
+  ids; inputs are ids[:, :-1], targets ids[:, 1:], every sequence from a
+  zero state; the loss is the token-weighted mean NLL over non-pad targets
+  (``evaluation.masked_nll``: padding changes neither the loss nor its
+  gradient).
 
   Args:
     model: a ``models.LanguageModel``.
