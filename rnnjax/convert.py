@@ -81,7 +81,8 @@ def elman_from_torch(state_dict: StateDict, layer: int = 0, suffix: str = ''
     KeyError: naming the missing entry.
   """
   get = _getter(state_dict, layer, suffix)
-  params = {'W_xh': jnp.asarray(get('weight_ih').T), 'W_hh': jnp.asarray(get('weight_hh').T)}
+  w_hh = get('weight_hh')  # first: a missing layer is named by its recurrent weight
+  params = {'W_xh': jnp.asarray(get('weight_ih').T), 'W_hh': jnp.asarray(w_hh.T)}
   biases = [get(name) for name in ('bias_ih', 'bias_hh')
             if f'{name}_l{layer}{suffix}' in state_dict]
   if biases:
@@ -280,17 +281,17 @@ def stack_to_torch(params: list[list[Mapping[str, Any]]], cell: str) -> dict[str
   if not params or len(directions) != 1 or directions - {1, 2}:
     raise ValueError(f'params: expected a non-empty list over layers of lists of 1 or 2 '
                      f'directions, got directions {[len(p) for p in params]}')
-  names, recurrent = (('W_xh', 'W_hh'), 'W_hh') if cell == 'elman' else (
+  weights, recurrent = (('W_xh', 'W_hh'), 'W_hh') if cell == 'elman' else (
       ('W_x', 'W_h'), 'W_h')
   to_torch = elman_to_torch if cell == 'elman' else gated_to_torch
   state_dict = {}
   for layer, layer_params in enumerate(params):
     for direction, cell_params in enumerate(layer_params):
       where = f'params[{layer}][{direction}]'
-      missing = [name for name in names if name not in cell_params]
+      missing = [name for name in weights if name not in cell_params]
       if missing:
-        raise ValueError(f'{where}: expected {cell} entries {list(names)}, missing {missing} '
-                         f'(has {sorted(cell_params)})')
+        raise ValueError(f'{where}: expected {cell} entries {[*weights, "b"]}, missing '
+                         f'{missing} (has {sorted(cell_params)}; the biases are optional)')
       given = tuple(np.shape(cell_params[recurrent]))
       shape = (given[0], BLOCKS[cell] * given[0])
       if given != shape:

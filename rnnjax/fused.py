@@ -12,8 +12,7 @@ the layout the inputs come in (no transposes). Backward (a ``jax.custom_vjp``):
 For the named activations phi'(a_t) is read from the saved states alone
 (``cells.activation_derivative``: 1 - h^2, [h > 0], 1), the fast path. For a
 callable phi (``jax.nn.gelu``) the forward loop also keeps the
-pre-activations a_t (one more ``[T, B, H]`` buffer, written over the
-projection in place) and the backward loop takes da_t = phi'(a_t) * (.) as
+pre-activations a_t (one more ``[T, B, H]`` buffer) and the backward loop takes da_t = phi'(a_t) * (.) as
 ``jax.vjp`` of phi at a_t: exact for any phi of a step's ``[B, H]``, with no
 derivative to write by hand.
 
@@ -113,18 +112,20 @@ def _states_and_preactivations(phi: Callable[[jax.Array], jax.Array], unroll: in
                                w_hh: jax.Array, bias: jax.Array, projected: jax.Array,
                                initial: jax.Array, alive: jax.Array | None
                                ) -> tuple[jax.Array, jax.Array]:
-  """The forward loop for a callable phi: the states, and the pre-activations a_t written
-  over the projection in place (the one more [T, B, H] buffer its derivative needs)."""
+  """The forward loop for a callable phi: the states and the pre-activations a_t (the one
+  more [T, B, H] buffer its derivative needs), each written to a buffer of its own. The
+  projection is only read: written over while a second write of the step also reads it,
+  XLA copied it whole at every step to order the two."""
   def step(t: jax.Array, carry: tuple[jax.Array, jax.Array, jax.Array]
            ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    h, buffer, states = carry
-    a = _at(buffer, t, axis) + h @ w_hh + bias
+    h, states, preactivations = carry
+    a = _at(projected, t, axis) + h @ w_hh + bias
     h, output = _step(phi, a, h, None if alive is None else _at(alive, t, 0))
-    return h, _put(buffer, a, t, axis), _put(states, output, t, axis)
+    return h, _put(states, output, t, axis), _put(preactivations, a, t, axis)
 
-  _, preactivations, states = jax.lax.fori_loop(
-      0, projected.shape[axis], step, (initial, projected, jnp.zeros_like(projected)),
-      unroll=unroll)
+  _, states, preactivations = jax.lax.fori_loop(
+      0, projected.shape[axis], step,
+      (initial, jnp.zeros_like(projected), jnp.zeros_like(projected)), unroll=unroll)
   return states, preactivations
 
 

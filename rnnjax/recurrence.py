@@ -193,8 +193,11 @@ def broadcast_state(cell: Cell, params: PyTree, inputs: Any, initial_state: PyTr
   if (getattr(inputs, 'ndim', None) != 3 or
       not any(jnp.ndim(leaf) == 1 for leaf in leaves)):
     return initial_state
-  returned = jax.eval_shape(lambda p, c, x: cell(p, c, x)[0], params, initial_state,
-                            _step_input(inputs))
+  try:
+    returned = jax.eval_shape(lambda p, c, x: cell(p, c, x)[0], params, initial_state,
+                              _step_input(inputs))
+  except TypeError:  # a cell that cannot broadcast: check_inputs names the state
+    return initial_state
   returned_leaves, returned_structure = jax.tree_util.tree_flatten(returned)
   if returned_structure != structure:
     return initial_state

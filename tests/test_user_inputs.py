@@ -300,3 +300,11 @@ def test_integer_inputs_to_gated_stacks_and_cells_are_refused(problem):
   with pytest.raises(ValueError, match='inputs: expected a floating dtype .* got int32'):
     cells.lstm_cell(cells.init_lstm(jax.random.key(5), D, H), (jnp.zeros((B, H)),) * 2,
                     ids[:, 0])
+
+
+def test_a_state_that_a_cell_cannot_broadcast_is_named():
+  def adder(params, carry, x):  # [H] + [B]: a broadcasting TypeError inside the cell
+    return carry + x[:, 0], carry
+  with pytest.raises(ValueError, match=r'initial_state: expected leading batch size 3 .* '
+                                       r'got shape \(5,\)'):
+    recurrence.scan(adder, None, jnp.ones((3, 4, 1)), jnp.zeros(5))
