@@ -1,7 +1,5 @@
 """Character language model on Tiny Shakespeare: an Elman network, truncated BPTT.
 
-  python -m launch.run --config=experiments/configs/char_lm.py --workdir=results/char_lm
-
 The training text is cut into B parallel streams and windows of tau steps
 (``text.stream_windows``); the state passes from window to window as a value
 (the gradient stops at the window boundary) and is reset to zero at the
@@ -21,49 +19,9 @@ from rnnjax import models
 from rnnjax import sampling
 from rnnjax.data import corpora
 from rnnjax.data import text
+from rnnjax.train import experiment
 from rnnjax.train import tasks
 from rnnjax.train import trainer
-
-VMAPPABLE = ('seed', 'spectral_radius', 'recurrent_init')  # the data does not depend on the seed
-REPORT = ('final_train_bits', 'validation_bits_per_char', 'clipped_fraction',
-          'max_grad_norm', 'final_spectral_radius')
-PLOTS = (('profile', 'spectral_radius'),)
-
-
-def check_config(config) -> None:
-  """Raises ValueError naming ``config.<field>``, with the expected and the given value."""
-  for name in ('hidden_size', 'batch_size', 'truncation'):
-    value = config[name]
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-      raise ValueError(f'config.{name}: expected an int >= 1, got {value!r}')
-  for name in ('embedding_size', 'sample_length'):
-    value = config[name]
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-      raise ValueError(f'config.{name}: expected an int >= 0, got {value!r}')
-  if config.activation not in cells.ACTIVATIONS:
-    raise ValueError(f'config.activation: expected one of {sorted(cells.ACTIVATIONS)}, got '
-                     f'{config.activation!r}')
-  if config.corpus not in corpora.CORPORA:
-    raise ValueError(f'config.corpus: expected one of {sorted(corpora.CORPORA)}, got '
-                     f'{config.corpus!r}')
-  if config.recurrent_init not in cells.RECURRENT_INITS:
-    raise ValueError(f'config.recurrent_init: expected one of {cells.RECURRENT_INITS}, got '
-                     f'{config.recurrent_init!r}')
-  if not (isinstance(config.spectral_radius, (int, float)) and
-          0 <= config.spectral_radius < math.inf):
-    raise ValueError(f'config.spectral_radius: expected a finite value >= 0, got '
-                     f'{config.spectral_radius!r}')
-  if not 0 <= config.dropout_rate < 1:
-    raise ValueError(f'config.dropout_rate: expected a value in [0, 1), got '
-                     f'{config.dropout_rate!r}')
-  if not 0 < config.validation_fraction < 1:
-    raise ValueError(f'config.validation_fraction: expected a value in (0, 1), got '
-                     f'{config.validation_fraction!r}')
-  if not config.sample_temperature >= 0:
-    raise ValueError(f'config.sample_temperature: expected a value >= 0 (0: greedy), got '
-                     f'{config.sample_temperature!r}')
-  if not config.sample_prompt:
-    raise ValueError('config.sample_prompt: expected at least one character, got an empty prompt')
 
 
 def work(config) -> float:
@@ -122,3 +80,31 @@ def task(config) -> trainer.Task:
     return summary
 
   return tasks.truncated_bptt(model, *windows, init, report)
+
+
+Field, Check = experiment.Field, experiment.Check
+EXPERIMENT = experiment.Experiment(
+    name=__name__, task=task, work=work,
+    fields={
+        'corpus': Field('tinyshakespeare', experiment.one_of(sorted(corpora.CORPORA))),
+        'data_dir': Field('', None, 'empty: $RNNJAX_DATA_DIR, else ./data'),
+        'validation_fraction': Field(0.1, Check('a value in (0, 1)', lambda v: 0 < v < 1),
+                                     'the last part of the text, held out'),
+        'embedding_size': Field(64, experiment.integer(0), '0: one-hot inputs'),
+        'hidden_size': Field(256, experiment.integer(1)),
+        'activation': Field('tanh', experiment.one_of(sorted(cells.ACTIVATIONS))),
+        'recurrent_init': Field('gaussian', experiment.one_of(cells.RECURRENT_INITS)),
+        'spectral_radius': Field(1.0, experiment.number(0.0),
+                                 'of W_hh at init (the gain for identity)'),
+        'dropout_rate': Field(0.0, Check('a value in [0, 1)', lambda v: 0 <= v < 1),
+                              "on the recurrence's inputs and outputs, never the recurrent path"),
+        'batch_size': Field(64, experiment.integer(1), 'parallel streams'),
+        'truncation': Field(64, experiment.integer(1), 'tau, the BPTT window in steps'),
+        'sample_prompt': Field('ROMEO:', Check('at least one character', bool)),
+        'sample_length': Field(300, experiment.integer(0)),
+        'sample_temperature': Field(0.8, Check('a value >= 0 (0: greedy)', lambda v: v >= 0)),
+    },
+    report=('final_train_bits', 'validation_bits_per_char', 'clipped_fraction', 'max_grad_norm',
+            'final_spectral_radius'),
+    vmappable=('seed', 'spectral_radius', 'recurrent_init'),  # the data does not depend on the seed
+    plots=(('profile', 'spectral_radius'),))

@@ -22,7 +22,9 @@ import numpy as np
 import pytest
 
 from rnnjax.train import devices
-from rnnjax.train import run_folder
+from rnnjax.train import checkpoints
+from rnnjax.train import folder as run_folder
+from rnnjax.train import records
 
 pytestmark = pytest.mark.slow
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -58,14 +60,14 @@ def run(arguments, device_count: int = 1) -> str:
 
 
 def losses(folder: pathlib.Path) -> list[float]:
-  return [line['loss'] for line in run_folder.read_metrics(folder)]
+  return [line['loss'] for line in records.read_metrics(folder)]
 
 
 def assert_same_run(folder: pathlib.Path, reference: pathlib.Path) -> None:
-  assert [line['step'] for line in run_folder.read_metrics(folder)] == [1, 5, 10, 15, 20]
+  assert [line['step'] for line in records.read_metrics(folder)] == [1, 5, 10, 15, 20]
   np.testing.assert_allclose(losses(folder), losses(reference), rtol=1e-5)
-  _, params = run_folder.final_params(folder)
-  _, expected = run_folder.final_params(reference)
+  _, params = checkpoints.final_params(folder)
+  _, expected = checkpoints.final_params(reference)
   for got, want in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(expected)):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.max(np.abs(want)))
 
@@ -193,7 +195,7 @@ def test_the_readme_example_over_8_cpu_devices_finishes(tmp_path):
        '--config.log_every=10', '--config.sample_length=10'],
       cwd=ROOT, env=environment(8), capture_output=True, text=True, timeout=600)
   assert process.returncode == 0, process.stdout[-2000:] + process.stderr[-2000:]
-  assert [line['step'] for line in run_folder.read_metrics(tmp_path)] == [1, 10, 20, 30]
+  assert [line['step'] for line in records.read_metrics(tmp_path)] == [1, 10, 20, 30]
 
 
 def test_thousands_of_data_parallel_steps_over_2_cpu_devices_finish(tmp_path):
@@ -208,4 +210,4 @@ def test_thousands_of_data_parallel_steps_over_2_cpu_devices_finish(tmp_path):
       cwd=ROOT, env=environment(2, '--xla_cpu_collective_call_terminate_timeout_seconds=20'),
       capture_output=True, text=True, timeout=600)
   assert process.returncode == 0, process.stdout[-2000:] + process.stderr[-2000:]
-  assert [line['step'] for line in run_folder.read_metrics(tmp_path)] == [1, 4000, 8000]
+  assert [line['step'] for line in records.read_metrics(tmp_path)] == [1, 4000, 8000]

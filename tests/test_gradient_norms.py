@@ -1,65 +1,80 @@
-"""experiments.gradient_norms: the seed's table digit for digit, and the other modes."""
+"""The gradient-norm table: the seed's numbers through the library, a trained run's table,
+and the measurement experiment over radii and seeds."""
 
+import csv
 import subprocess
 import sys
 
+import jax
+import pytest
 
-from experiments import gradient_norms
+from rnnjax import diagnostics
+from rnnjax import gradient_tables
+from rnnjax.train import checkpoints
 
-# Seed note 001, verbatim.
-SEED_TABLE = """\
-rho = 0.7:  |grad| after 20 steps  8.05e-05, 40 steps  1.40e-08, 60 steps  2.28e-12
-rho = 1.0:  |grad| after 20 steps  6.18e-02, 40 steps  7.61e-03, 60 steps  1.41e-03
-rho = 1.3:  |grad| after 20 steps  2.43e+01, 40 steps  7.53e+02, 60 steps  3.03e+04"""
-
-
-def run(*flags):
-  return subprocess.run([sys.executable, '-m', 'experiments.gradient_norms', *flags],
-                        capture_output=True, text=True, check=True).stdout
+# The table of docs/reference_numbers.md (the linearised protocol, numpy default_rng(1)).
+SEED_TABLE = {0.7: ('8.05e-05', '1.40e-08', '2.28e-12'),
+              1.0: ('6.18e-02', '7.61e-03', '1.41e-03'),
+              1.3: ('2.43e+01', '7.53e+02', '3.03e+04')}
 
 
-def test_seed_table_digit_for_digit(tmp_path):
-  assert '\n'.join(gradient_norms.seed_lines(gradient_norms.seed_study())) == SEED_TABLE
-  output = run('--source=seed', f'--workdir={tmp_path}')
-  assert output.startswith(SEED_TABLE + '\n')
-  assert '| 1.3 | 2.43e+01 | 7.53e+02 | 3.03e+04 |' in (tmp_path / 'gradient_norms_seed.md').read_text()
-  assert (tmp_path / 'gradient_norms_seed.png').stat().st_size > 10_000
+def test_the_linearised_protocol_gives_the_seed_table_digit_for_digit():
+  table = gradient_tables.gradient_norm_table(protocol='linearised')
+  assert {rho: tuple(f'{table[rho][k]:.2e}' for k in (20, 40, 60)) for rho in table
+          } == SEED_TABLE
+  markdown, _ = diagnostics.norm_table('spectral_radius', table, (20, 40, 60))
+  assert '| 1.3 | 2.43e+01 | 7.53e+02 | 3.03e+04 |' in markdown
 
 
-def test_jax_mode_agrees_with_the_seed_in_distribution(tmp_path):
-  output = run('--source=jax', '--seeds=32', '--radii=0.7,1.0,1.3', f'--workdir={tmp_path}')
-  lines = (tmp_path / 'gradient_norms_jax.csv').read_text().splitlines()
-  header = lines[0].split(',')
-  rows = {float(l.split(',')[0]): dict(zip(header[1:], map(float, l.split(',')[1:])))
-          for l in lines[1:]}
-  seed = gradient_norms.seed_study()
+def test_a_real_network_vanishes_faster_and_larger_radii_vanish_slower():
+  network = gradient_tables.gradient_norm_table((0.7, 1.0, 1.3), (1, 5, 20), 'network',
+                                                hidden_size=32, sequences=16)
+  linearised = gradient_tables.gradient_norm_table((0.7, 1.0, 1.3), (1, 5, 20), 'linearised',
+                                                   hidden_size=32)
   for rho in (0.7, 1.0, 1.3):
-    # The seed's single draw lies within a factor 4 of the median over 32 draws at step 20,
-    assert 0.25 < seed[rho][19] / rows[rho]['median@20'] < 4
-    assert rows[rho]['p10@60'] <= rows[rho]['median@60'] <= rows[rho]['p90@60']
-  # and the fitted per-step rate grows with rho, below rho (the tanh' tax).
-  rates = [rows[rho]['rate'] for rho in (0.7, 1.0, 1.3)]
-  assert rates == sorted(rates) and all(r < rho for r, rho in zip(rates, (0.7, 1.0, 1.3)))
-  assert (tmp_path / 'gradient_norms_jax.png').exists()
-  assert 'rate' in output
+    assert network[rho][20] < linearised[rho][20]  # saturated states: tanh' well below 1
+    assert network[rho][1] > network[rho][5] > network[rho][20]
+  assert network[0.7][20] < network[1.0][20] < network[1.3][20]
 
 
-def test_network_mode_reads_a_finished_run(tmp_path, shared_data_dir):
+@pytest.mark.parametrize('kwargs, message', [
+    (dict(protocol='exact'), "protocol: expected one of \\('linearised', 'network'\\)"),
+    (dict(distances=(0, 5)), 'distances: expected ints >= 1'),
+    (dict(radii=(-1.0,)), 'radii'),
+    (dict(hidden_size=0), 'hidden_size: expected an int >= 1, got 0'),
+])
+def test_bad_arguments_are_named(kwargs, message):
+  with pytest.raises(ValueError, match=message):
+    gradient_tables.gradient_norm_table(**kwargs)
+
+
+@pytest.mark.slow
+def test_the_sweep_measures_a_trained_run_and_every_radius(tmp_path, shared_data_dir):
   run_dir = tmp_path / 'char_lm'
   subprocess.run([sys.executable, '-m', 'launch.run',
                   '--config=experiments/configs/char_lm.py', f'--workdir={run_dir}',
                   '--config.steps=2', '--config.hidden_size=16', '--config.embedding_size=8',
                   '--config.batch_size=4', '--config.truncation=16', '--config.sample_length=3'],
                  capture_output=True, check=True)
-  output = run('--source=network', f'--run={run_dir}', '--radii=0.5,1.5', '--window=21',
-               f'--workdir={tmp_path}')
-  table = (tmp_path / 'gradient_norms_network.md').read_text()
-  assert table.splitlines()[0] == '| network | 1 | 2 | 5 | 10 | 20 |'
-  rows = table.splitlines()[2:]
-  assert rows[0].startswith('| init, rho=0.5 |') and rows[2].startswith('| trained (char_lm)')
-  small = [float(v) for v in rows[0].split('|')[2:-1]]
-  large = [float(v) for v in rows[1].split('|')[2:-1]]
-  assert all(s < l for s, l in zip(small, large))  # larger rho, slower vanishing
-  assert small[-1] < 1e-3
-  assert (tmp_path / 'gradient_norms_network.png').exists()
-  assert 'wrote' in output
+  _, params = checkpoints.final_params(run_dir)
+  trained = gradient_tables.gradient_norm_table(distances=(1, 5), params=params['recurrence'][
+      'cell'], sequences=8)
+  (radius, row), = trained.items()
+  assert 0 < radius < 2 and 0 < row[5] < row[1]
+  config = tmp_path / 'small.py'
+  config.write_text('from experiments.configs.gradient_norms import get_config\n\n'
+                    'def get_sweep():\n'
+                    '  return [{"protocol": p, "spectral_radius": r, "seed": s, '
+                    '"hidden_size": 16, "sequences": 8}\n'
+                    '          for p in ("linearised", "network") for r in (0.5, 1.5) '
+                    'for s in (0, 1)]\n')
+  result = subprocess.run([sys.executable, '-m', 'launch.sweep', f'--config={config}',
+                           f'--workdir={tmp_path / "sweep"}'], capture_output=True, text=True)
+  assert result.returncode == 0, result.stderr[-2000:]
+  rows = list(csv.DictReader(open(tmp_path / 'sweep' / 'results_over_seeds.csv')))
+  assert [(row['protocol'], row['spectral_radius']) for row in rows] == [
+      ('linearised', '0.5'), ('linearised', '1.5'), ('network', '0.5'), ('network', '1.5')]
+  median = {(row['protocol'], row['spectral_radius']): float(row['ratio_k10 median'])
+            for row in rows}
+  assert median['linearised', '0.5'] < 1e-2 < 1 < median['linearised', '1.5']
+  assert median['network', '0.5'] < median['network', '1.5']

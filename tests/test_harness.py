@@ -13,7 +13,11 @@ import jax
 import numpy as np
 import pytest
 
-from rnnjax.train import run_folder
+from experiments import char_lm
+from rnnjax.train import checkpoints
+from rnnjax.train import folder as run_folder
+from rnnjax.train import plan
+from rnnjax.train import records
 
 CHAR_LM = ['--config=experiments/configs/char_lm.py', '--config.hidden_size=24',
            '--config.embedding_size=8', '--config.batch_size=8', '--config.truncation=16',
@@ -50,7 +54,7 @@ def scalars(folder, tag):
 
 
 def final_params(folder):
-  return jax.tree_util.tree_leaves(run_folder.final_params(folder)[1])
+  return jax.tree_util.tree_leaves(checkpoints.final_params(folder)[1])
 
 
 @pytest.mark.slow
@@ -69,7 +73,7 @@ def test_a_run_killed_after_its_second_checkpoint_resumes_exactly(tmp_path, shar
   process.send_signal(signal.SIGKILL)
   process.communicate()
   assert not (cut / 'summary.json').exists()  # killed before it ended
-  assert run_folder.saved_steps(cut)[-1] < 1500
+  assert checkpoints.saved_steps(cut)[-1] < 1500
   code, stdout, stderr = run(arguments, cut)
   assert code == 0, stderr
   assert 'finished after 1500 steps' in stdout
@@ -91,13 +95,13 @@ def test_damaged_run_files_read_as_missing_lines_or_files(tmp_path):
   text = (json.dumps(good[0]) + '\ngarbage\n{"foo": 1}\n' + json.dumps(good[1]) + '\n')
   (tmp_path / 'metrics.jsonl').write_bytes(text.encode() + b'\xff\xfe\n' +
                                            json.dumps(good[2]).encode() + b'\n{"step": 1')
-  assert run_folder.read_metrics(tmp_path) == good  # the torn last line dropped too
-  assert run_folder.cut_metrics(tmp_path, 5) == good[:2]
-  assert run_folder.read_metrics(tmp_path) == good[:2]
+  assert records.read_metrics(tmp_path) == good  # the torn last line dropped too
+  assert records.cut_metrics(tmp_path, 5) == good[:2]
+  assert records.read_metrics(tmp_path) == good[:2]
   (tmp_path / 'summary.json').write_text('[]')
   (tmp_path / 'devices.json').write_text('[1, {"from_step": "x"}]')
   assert run_folder.read_json(tmp_path / 'summary.json') is None
-  assert run_folder.record_devices(tmp_path, 'cpu', 0) is None
+  assert records.record_devices(tmp_path, 'cpu', 0) is None
   assert run_folder.read_json(tmp_path / 'devices.json', list) == [{'from_step': 0,
                                                                      'devices': 'cpu'}]
 
@@ -108,10 +112,11 @@ def test_a_folder_of_other_files_is_never_cleared(tmp_path, overwrite):
   finished runs and tables with it; any folder of somebody's files went the same way."""
   (tmp_path / 'results.md').write_text('a table')
   (tmp_path / 'spectral_radius=0.5').mkdir()
-  with pytest.raises(ValueError, match=f'workdir: {tmp_path} holds results.md, '
-                                       r'spectral_radius=0.5 and no config.json: not a run '
-                                       'folder, so nothing in it is cleared'):
-    run_folder.status(tmp_path, {'seed': 0}, overwrite)
+  run, = plan.plan(char_lm.EXPERIMENT, [char_lm.EXPERIMENT.config()], [tmp_path],
+                   'all' if overwrite else 'none')
+  assert run.action == 'refused' and run.reason.startswith(
+      f'workdir: {tmp_path} holds results.md, spectral_radius=0.5 and no config.json: not a '
+      'run folder, so nothing in it is cleared')
   assert sorted(p.name for p in tmp_path.iterdir()) == ['results.md', 'spectral_radius=0.5']
 
 
@@ -137,7 +142,7 @@ def test_a_finished_run_refuses_another_config_and_overwrites_on_request(tmp_pat
   assert run(arguments + ['--config.seed=1'], fresh)[0] == 0
   for got, expected in zip(final_params(folder), final_params(fresh)):
     np.testing.assert_array_equal(got, expected)
-  assert run_folder.saved_steps(folder) == [10, 20]
+  assert checkpoints.saved_steps(folder) == [10, 20]
 
 
 def test_configuration_errors_are_one_line_without_a_traceback(tmp_path):
@@ -147,15 +152,13 @@ def test_configuration_errors_are_one_line_without_a_traceback(tmp_path):
       # <class 'int'>.x does not exist and the type does not support indexing..."
       (['--config.spectral_radius=-1'], 'config.spectral_radius: expected a finite value >= 0'),
       (['--config.optimizer=adamx'], "config.optimizer: expected one of"),
-      (['--worker'], 'expected exactly one of --workdir (one run), --group (a group file) '
-                     'and --worker'),
       (['--config.data_dir=/nonexistent'], 'tinyshakespeare: /nonexistent/tinyshakespeare/'
                                            'input.txt is missing'),
       # helper-12: each of these was a traceback; the first wrote the run folder, then failed
       (['--config.hidden_size=1000000'], "the training state of 1 run(s) alone takes 1.12e+04 GiB, "
                                          "more than the"),
-      (['--config.experiment=classify'], "config: the experiment 'experiments.classify' reads a "
-                                         "field this config lacks"),
+      (['--config.experiment=experiments.classify'], "config.corpus: the config has no field "
+                                                     "'corpus'"),
       (['--config.corpus=foo'], "config.corpus: expected one of"),
       (['--config=experiments/configs/nope.py'], "--config: no config file at "
                                                  "'experiments/configs/nope.py'")):
@@ -173,7 +176,8 @@ def test_configuration_errors_are_one_line_without_a_traceback(tmp_path):
 
 
 def test_help_lists_the_config_fields_and_exits_0():
-  result = subprocess.run([sys.executable, '-m', 'launch.run', '--help'], capture_output=True,
+  result = subprocess.run([sys.executable, '-m', 'launch.run', '--help',
+                           '--config=experiments/configs/char_lm.py'], capture_output=True,
                           text=True)
   assert result.returncode == 0
   assert 'spectral_radius = 1.0  # of W_hh at init' in result.stdout
@@ -198,16 +202,16 @@ def test_sigterm_checkpoints_the_current_step(tmp_path, shared_data_dir):
   assert process.returncode == 128 + signal.SIGTERM
   assert 'run the same command again to resume' in stderr
   stopped = int(re.search(r'after step (\d+)', stderr).group(1))
-  assert stopped >= 25 and run_folder.saved_steps(folder)[-1] == stopped
+  assert stopped >= 25 and checkpoints.saved_steps(folder)[-1] == stopped
   assert not (folder / 'summary.json').exists()
 
 
 FREED_MEMORY = '''
 import resource, sys
 import numpy as np
-from launch import run
+from rnnjax.train import job
 if sys.argv[1] == 'keep':
-  assert run.keep_freed_memory()
+  assert job.keep_freed_memory()
 np.ones(1 << 24, np.float32)  # 64 MiB, then freed
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 for _ in range(10):
@@ -217,7 +221,7 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 
 
 def test_a_run_process_reuses_freed_memory_without_page_faults():
-  """``launch.run.keep_freed_memory``: ten 64 MiB buffers allocated and freed, as XLA
+  """``job.keep_freed_memory``: ten 64 MiB buffers allocated and freed, as XLA
   does with a step's temporaries, fault no page in once the first was freed; glibc's
   default maps each afresh (at least one fault per 2 MiB huge page of each)."""
   faults = {mode: int(subprocess.run([sys.executable, '-c', FREED_MEMORY, mode],
@@ -247,5 +251,5 @@ def test_a_full_disk_is_one_line_and_the_run_resumes_once_there_is_room(tmpfs_di
   assert code == 0, stderr[-2000:]
   assert 'resumed 1 run(s) from the checkpoint of step' in stderr
   assert 'finished after 3000 steps' in stdout
-  assert [line['step'] for line in run_folder.read_metrics(disk / 'run')] == list(
+  assert [line['step'] for line in records.read_metrics(disk / 'run')] == list(
       range(1, 3001))  # the torn last line cut, nothing twice

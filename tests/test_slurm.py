@@ -2,6 +2,7 @@
 .ci/run starts it). Skipped where no Slurm answers."""
 
 import csv
+import json
 import shutil
 import subprocess
 import sys
@@ -11,7 +12,10 @@ import jax
 import numpy as np
 import pytest
 
-from rnnjax.train import run_folder
+from experiments import char_lm
+from rnnjax.train import checkpoints
+from rnnjax.train import executors
+from rnnjax.train import experiment
 
 CONFIG = '''
 from experiments.configs.char_lm import get_config
@@ -57,13 +61,44 @@ def test_a_sweep_on_slurm_equals_the_local_sweep(tmp_path, shared_data_dir):
   local = sweep(config, tmp_path / 'local')
   _, errors = local.communicate(timeout=600)
   assert local.returncode == 0, errors
-  on_slurm = sweep(config, tmp_path / 'slurm', '--executor=slurm', '--partition=debug',
-                   '--time=10', '--cpus_per_task=2', '--mem_gb=2')
+  on_slurm = sweep(config, tmp_path / 'slurm', '--executor=slurm',
+                   '--slurm.slurm_partition=debug', '--slurm.timeout_min=10',
+                   '--slurm.cpus_per_task=2', '--slurm.mem_gb=2')
   output, errors = on_slurm.communicate(timeout=900)
   assert on_slurm.returncode == 0, errors
   assert '4 to train in 1 job(s) on Slurm' in output
   assert results(tmp_path / 'slurm') == results(tmp_path / 'local')
   assert 'Slurm job' in (tmp_path / 'slurm' / 'spectral_radius=0.5' / 'log.txt').read_text()
+
+
+def test_one_job_through_each_executor_gives_the_same_result_file(tmp_path, shared_data_dir):
+  """Local workers and Slurm tasks run a job through the same ``job.run_job``: the same
+  job (in two folders) gives the same result file and the same summaries."""
+  config = char_lm.EXPERIMENT.config(hidden_size=8, embedding_size=4, batch_size=4,
+                                     truncation=8, steps=20, log_every=10, sample_length=5)
+  results = {}
+  for name, executor in (('local', executors.Local(1, 1, tmp_path / 'local' / '.jobs')),
+                         ('slurm', executors.Slurm(tmp_path / 'slurm', {
+                             'slurm_partition': 'debug', 'timeout_min': 10, 'mem_gb': 2},
+                             poll_seconds=1.0))):
+    job = {'id': '0', 'experiment': char_lm.EXPERIMENT.name, 'overwrite': 'none',
+           'result': str(tmp_path / name / '0.result.json'),
+           'runs': [{'folder': str(tmp_path / name / f'run{i}'),
+                     'config': experiment.as_dict(experiment.override(config, {'seed': i}))}
+                    for i in range(2)]}
+    ended = []
+    executor.run([job], lambda job, result: ended.append(result))
+    results[name] = json.loads((tmp_path / name / '0.result.json').read_text())
+    assert ended == [results[name]]
+  for result in results.values():
+    for run in result['runs']:
+      run['folder'] = run['folder'].split('/')[-1]
+  assert results['local'] == results['slurm'] == {
+      'id': '0', 'exit': 'ok', 'runs': [{'folder': f'run{i}', 'status': 'finished', 'reason': ''}
+                                        for i in range(2)]}
+  for i in range(2):
+    assert (tmp_path / 'local' / f'run{i}' / 'summary.json').read_bytes() == (
+        tmp_path / 'slurm' / f'run{i}' / 'summary.json').read_bytes()
 
 
 def job_ids():
@@ -77,25 +112,26 @@ def test_a_requeued_job_resumes_from_its_checkpoint(tmp_path, shared_data_dir):
   _, errors = whole.communicate(timeout=900)
   assert whole.returncode == 0, errors
   before = set(job_ids())
-  launcher = sweep(config, tmp_path / 'requeued', '--executor=slurm', '--partition=debug',
-                   '--time=20', '--mem_gb=2')
+  launcher = sweep(config, tmp_path / 'requeued', '--executor=slurm',
+                   '--slurm.slurm_partition=debug', '--slurm.timeout_min=20',
+                   '--slurm.mem_gb=2')
   folder = tmp_path / 'requeued' / 'run'  # one run: nothing swept
   deadline = time.time() + 300
-  while time.time() < deadline and not run_folder.saved_steps(folder):
+  while time.time() < deadline and not checkpoints.saved_steps(folder):
     time.sleep(0.2)
   queue = job_ids()
   job = [j for j, state in queue.items() if j not in before and state == 'RUNNING']
-  assert len(job) == 1 and run_folder.saved_steps(folder), (queue, before)
+  assert len(job) == 1 and checkpoints.saved_steps(folder), (queue, before)
   subprocess.run(['scontrol', 'requeue', job[0]], check=True)
   output, errors = launcher.communicate(timeout=1200)
   assert launcher.returncode == 0, errors
   log = (folder / 'log.txt').read_text()
-  assert 'interrupted: signal 15; checkpointed' in log  # SIGTERM: it saved the step it was at
+  assert 'interrupted: stopped on request after step' in log  # SIGTERM: it saved the step
   assert 'resumed 1 run(s) from the checkpoint of step' in log
   for name in ('metrics.jsonl', 'summary.json'):
     assert (folder / name).read_bytes() == (tmp_path / 'whole' / 'run' /
                                              name).read_bytes(), name
-  for got, expected in zip(jax.tree_util.tree_leaves(run_folder.final_params(folder)[1]),
-                           jax.tree_util.tree_leaves(run_folder.final_params(
+  for got, expected in zip(jax.tree_util.tree_leaves(checkpoints.final_params(folder)[1]),
+                           jax.tree_util.tree_leaves(checkpoints.final_params(
                                tmp_path / 'whole' / 'run')[1])):
     np.testing.assert_array_equal(got, expected)

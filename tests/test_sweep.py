@@ -11,10 +11,13 @@ import time
 
 import pytest
 
-from launch import executors
-from launch import run
-from launch import sweep
-from rnnjax.train import run_folder
+from experiments import char_lm
+from rnnjax.train import checkpoints
+from rnnjax.train import executors
+from rnnjax.train import experiment
+from rnnjax.train import plan
+from rnnjax.train import records
+from rnnjax.train import sweep
 
 TINY_CONFIG = '''
 from experiments.configs.char_lm import get_config
@@ -51,7 +54,7 @@ def summaries(workdir):
 
 
 def metrics_steps(folder):
-  return [line['step'] for line in run_folder.read_metrics(folder)]
+  return [line['step'] for line in records.read_metrics(folder)]
 
 
 def test_sweep_runs_skips_and_tabulates(tmp_path, shared_data_dir):
@@ -69,7 +72,7 @@ def test_sweep_runs_skips_and_tabulates(tmp_path, shared_data_dir):
     assert metrics_steps(workdir / name) == [1, 10, 20, 30]
     timing = json.loads((workdir / name / 'timing.json').read_text())
     assert timing['group_size'] == 2  # the two valid runs trained as one vmapped group
-    assert 'launch.run' in (workdir / name / 'log.txt').read_text()
+    assert 'rnnjax.train.job' in (workdir / name / 'log.txt').read_text()
   rows = list(csv.DictReader(open(workdir / 'results.csv')))
   assert [r['spectral_radius'] for r in rows] == ['0.5', '1.5', '-1.0']
   assert [r['status'] for r in rows] == ['finished', 'finished', 'failed']
@@ -135,16 +138,20 @@ def test_command_line_fields_set_every_run_and_a_swept_one_is_refused(tmp_path,
 
 
 def test_command_line_fields_replace_the_fixed_ones_and_never_a_swept_one():
-  nested = [{'extra': {'a': 1}, 'steps': 10}, {'extra': {'a': 2}, 'steps': 10}]
-  assert sweep.with_command_line(nested, {'steps': 3, 'seed': 4}, 'f.py') == [
-      {'extra': {'a': 1}, 'steps': 3, 'seed': 4}, {'extra': {'a': 2}, 'steps': 3, 'seed': 4}]
+  import ml_collections
+  base = ml_collections.ConfigDict({'extra': {'a': 0, 'b': 0}, 'steps': 1, 'seed': 0})
+  nested = [{'extra.a': 1, 'steps': 10}, {'extra.a': 2, 'steps': 10}]
+  configs = sweep.run_configs(experiment.override(base, {'steps': 3, 'seed': 4}), nested,
+                              {'steps': 3, 'seed': 4}, 'f.py')
+  assert [c.to_dict() for c in configs] == [{'extra': {'a': 1, 'b': 0}, 'steps': 3, 'seed': 4},
+                                            {'extra': {'a': 2, 'b': 0}, 'steps': 3, 'seed': 4}]
   # helper-15: --config.extra.a=3 trained both runs of a sweep over extra at a = 3
-  for given, swept, runs in (('extra.a', 'extra', nested), ('extra.b', 'extra', nested),
-                             ('extra', 'extra', nested),
-                             ('extra', 'extra.a', [{'extra.a': 1}, {'extra.a': 2}])):
-    with pytest.raises(run.ConfigError, match=f'--config.{given}: get_sweep\\(\\) in f.py '
-                                              f'sweeps {swept} \\(its runs differ in it\\)'):
-      sweep.with_command_line(runs, {given: 3}, 'f.py')
+  whole = [{'extra': {'a': 1}}, {'extra': {'a': 2}}]
+  for given, swept, runs in (('extra.a', 'extra', whole), ('extra.b', 'extra', whole),
+                             ('extra', 'extra', whole), ('extra', 'extra.a', nested)):
+    with pytest.raises(sweep.SweepError, match=f'--config.{given}: get_sweep\\(\\) in f.py '
+                                               f'sweeps {swept} \\(its runs differ in it\\)'):
+      sweep.run_configs(base, runs, {given: 3}, 'f.py')
 
 
 def test_a_workdir_that_cannot_be_a_folder_is_one_line(tmp_path):
@@ -225,21 +232,30 @@ def test_after_sigkill_of_the_launcher_a_relaunch_trains_no_run_twice(tmp_path,
   first.send_signal(signal.SIGKILL)
   first.communicate()
   time.sleep(1)  # the children get SIGKILL from the kernel as their parent dies
-  orphans = subprocess.run(['pgrep', '-f', f'launch.run --config={config}'],
-                           capture_output=True, text=True).stdout
-  assert orphans == ''
-  assert list((workdir / '.jobs').iterdir())  # the killed launcher's job files
+  workers = {pid for radius in (0.5, 1.5, 1.0)
+             for pid in worker_pids(workdir / f'spectral_radius={radius}')}
+  assert workers and not any(alive(pid) for pid in workers)  # no orphan
   code, output, errors = run_sweep(config, workdir)
   assert code == 0, errors
-  assert not list((workdir / '.jobs').iterdir())  # cleared, not left in /tmp
+  assert list((workdir / '.jobs').glob('*.result.json'))  # this launch's, in the
+  # sweep's own folder
   for radius in (0.5, 1.5, 1.0):
     assert metrics_steps(workdir / f'spectral_radius={radius}') == [1] + list(
         range(10, 3001, 10))
 
 
+def alive(pid: int) -> bool:
+  """Whether a process lives (a zombie, dead but not yet reaped, does not)."""
+  try:
+    return open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[0] != 'Z'
+  except OSError:
+    return False
+
+
 def worker_pids(folder):
   """The pids of the workers that ran a run's jobs, from its log.txt."""
-  return [int(pid) for pid in re.findall(r'--worker \(pid (\d+)\)', (folder / 'log.txt').read_text())]
+  return [int(pid) for pid in re.findall(r'rnnjax\.train\.job \(pid (\d+)\)',
+                                          (folder / 'log.txt').read_text())]
 
 
 @pytest.mark.slow
@@ -255,15 +271,15 @@ def test_a_worker_runs_its_cores_jobs_and_one_killed_takes_only_its_job(tmp_path
   first = None
   while time.time() < deadline and first is None:
     for folder in workdir.glob('spectral_radius=*'):
-      if (folder / 'metrics.jsonl').exists() and run_folder.saved_steps(folder):
+      if (folder / 'metrics.jsonl').exists() and checkpoints.saved_steps(folder):
         first = folder
     time.sleep(0.05)
   killed, = worker_pids(first)
   os.kill(killed, signal.SIGKILL)
   _, errors = process.communicate(timeout=600)
   assert process.returncode == 1
-  assert errors.strip() == (f'failed: {first.name}: its process (pid {killed}) was killed by '
-                            'signal 9')
+  assert errors.strip().startswith(f'failed: {first.name}: its process (pid {killed}) was '
+                                   'killed by signal 9')
   assert (f'its process (pid {killed}) was killed by signal 9'
           in (first / 'log.txt').read_text())  # the run's own log says so too
   others = [f for f in workdir.glob('spectral_radius=*') if f != first]
@@ -271,7 +287,7 @@ def test_a_worker_runs_its_cores_jobs_and_one_killed_takes_only_its_job(tmp_path
   successor, = set(worker_pids(others[0]) + worker_pids(others[1]))  # one worker, two jobs
   assert successor != killed
   assert all(json.loads((f / 'summary.json').read_text())['steps_done'] == 400 for f in others)
-  resumed = run_folder.saved_steps(first)[-1]
+  resumed = checkpoints.saved_steps(first)[-1]
   code, output, errors = run_sweep(config, workdir)
   assert code == 0, errors
   assert '1 to train (1 from their checkpoints)' in output
@@ -283,43 +299,42 @@ TINY_RUN = dict(hidden_size=8, embedding_size=4, batch_size=4, truncation=8, ste
                 log_every=10, checkpoint_every=10, sample_length=5)
 
 
-def test_a_worker_forgets_the_programs_of_each_job():
-  """Evaluation's and sampling's programs are cached per model, and a model holds its
-  spectral radius: kept, they grew a worker by about 14 MB a job of another radius."""
-  from rnnjax import evaluation
-  from rnnjax import models
-  from rnnjax import sampling
-  for radius in (0.5, 1.5):
-    model = models.LanguageModel(vocab_size=5, hidden_size=4, embedding_size=2, radius=radius)
-    evaluation._windows(model)
-    evaluation._streaming(model)
-    sampling._generator(model, 3, True, None)
-  cached = (evaluation._windows, evaluation._streaming, sampling._generator)
-  assert all(function.cache_info().currsize >= 2 for function in cached)
-  run.forget_job_programs()
-  assert all(function.cache_info().currsize == 0 for function in cached)
+def test_no_module_holds_a_cache_of_programs():
+  """A worker's memory stays flat from job to job: compiled programs belong to the
+  ``trainer.Programs`` a job holds and drops, and JAX's own caches are cleared after
+  each job (``job.serve``); no module of the library keeps a cache of its own."""
+  import importlib
+  import pkgutil
+  import rnnjax
+  for info in pkgutil.walk_packages(rnnjax.__path__, 'rnnjax.'):
+    module = importlib.import_module(info.name)
+    cached = [name for name, value in vars(module).items() if hasattr(value, 'cache_info')]
+    assert cached == [], info.name
+
+
+def job_of(tmp_path, name, **values):
+  config = char_lm.EXPERIMENT.config(**dict(TINY_RUN, **values))
+  return {'id': name, 'experiment': char_lm.EXPERIMENT.name, 'overwrite': 'none',
+          'result': str(tmp_path / f'{name}.result.json'),
+          'runs': [{'folder': str(tmp_path / name), 'config': experiment.as_dict(config)}]}
 
 
 def test_a_worker_signalled_after_a_job_takes_no_other(tmp_path, shared_data_dir):
   """A signal that comes after a job's training (its report, or between jobs) ends the
   worker before the next job: it exits 128 + 15 without taking it."""
-  jobs = []
-  for name in ('one', 'two'):
-    jobs.append(tmp_path / f'{name}.json')
-    jobs[-1].write_text(json.dumps([{'workdir': str(tmp_path / name), 'overrides': TINY_RUN}]))
-  worker = subprocess.Popen([sys.executable, '-m', 'launch.run',
-                             '--config=experiments/configs/char_lm.py', '--worker'],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-  worker.stdin.write(f'{jobs[0]}\n')
+  worker = subprocess.Popen([sys.executable, '-m', 'rnnjax.train.job'], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+  worker.stdin.write(json.dumps(job_of(tmp_path, 'one')) + '\n')
   worker.stdin.flush()
-  lines = []
-  while not lines or not lines[-1].startswith(run.JOB_END):
-    lines.append(worker.stdout.readline())
-  assert lines[0].startswith(run.JOB_START) and lines[-1].strip().endswith(' 0')
+  events = [json.loads(worker.stdout.readline())]
+  while events[-1]['event'] != 'ended':
+    events.append(json.loads(worker.stdout.readline()))
+  assert events[0] == {'job': 'one', 'event': 'taken'}
+  result = json.loads((tmp_path / 'one.result.json').read_text())
+  assert result['exit'] == 'ok' and result['runs'][0]['status'] == 'finished'
   worker.send_signal(signal.SIGTERM)
   time.sleep(1)
-  worker.stdin.write(f'{jobs[1]}\n')
+  worker.stdin.write(json.dumps(job_of(tmp_path, 'two')) + '\n')
   worker.stdin.close()
   assert worker.stdout.read() == ''  # not taken
   assert worker.wait(timeout=60) == 143
@@ -328,12 +343,11 @@ def test_a_worker_signalled_after_a_job_takes_no_other(tmp_path, shared_data_dir
 
 def test_a_job_handed_to_a_worker_that_ends_untaken_runs_on_a_new_one(tmp_path,
                                                                      shared_data_dir):
-  local = executors.Local('experiments/configs/char_lm.py', processes=1, threads=1,
-                          job_folder=tmp_path / 'jobs')
+  local = executors.Local(processes=1, threads=1, job_folder=tmp_path / 'jobs')
   start = local._worker
   stopping = subprocess.Popen([sys.executable, '-c', 'import sys; sys.stdin.readline(); '
                                'sys.exit(143)'], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)
+                              stderr=subprocess.STDOUT)
 
   def worker(cores):
     if not local.workers:  # the first: a worker that ends without taking its job
@@ -343,13 +357,12 @@ def test_a_job_handed_to_a_worker_that_ends_untaken_runs_on_a_new_one(tmp_path,
 
   local._worker = worker
   ends = []
-  folder = tmp_path / 'run'
-  local.run([executors.Job([{'workdir': str(folder), 'overrides': TINY_RUN}])],
-            lambda job, status, why: ends.append(status))
-  assert ends == [0]
-  assert json.loads((folder / 'summary.json').read_text())['steps_done'] == 3
+  job = job_of(tmp_path, 'run')
+  local.run([job], lambda job, result: ends.append(result))
+  assert [result['exit'] for result in ends] == ['ok']
+  assert json.loads((tmp_path / 'run' / 'summary.json').read_text())['steps_done'] == 3
   assert (f'its process (pid {stopping.pid}) ended with exit status 143 before it took the '
-          'job') in (folder / 'log.txt').read_text()
+          'job') in (tmp_path / 'run' / 'log.txt').read_text()
 
 
 def test_interrupted_sweep_stops_its_runs_and_resumes(tmp_path, shared_data_dir):
@@ -363,11 +376,10 @@ def test_interrupted_sweep_stops_its_runs_and_resumes(tmp_path, shared_data_dir)
   output, _ = process.communicate(timeout=120)
   assert process.returncode == 130
   assert 'interrupted: 0 of 3 runs have ended and are kept' in output
-  children = subprocess.run(['pgrep', '-f', f'launch.run --config={config}'],
-                            capture_output=True, text=True)
-  assert children.stdout == ''  # no experiment process left behind
+  workers = {pid for folder in workdir.glob('spectral_radius=*') for pid in worker_pids(folder)}
+  assert workers and not any(alive(pid) for pid in workers)  # none left
   for radius in (0.5, 1.5, 1.0):  # each run checkpointed the step it stopped at
-    assert run_folder.saved_steps(workdir / f'spectral_radius={radius}')
+    assert checkpoints.saved_steps(workdir / f'spectral_radius={radius}')
 
 
 def test_ctrl_c_stops_a_launcher_started_with_sigint_ignored(tmp_path, shared_data_dir):
@@ -404,7 +416,7 @@ def test_ctrl_c_on_a_sweep_checkpoints_every_run_without_a_traceback(tmp_path, s
   assert 'interrupted: 0 of 3 runs have ended and are kept' in output
   for radius in (0.5, 1.5, 1.0):
     folder = workdir / f'spectral_radius={radius}'
-    assert run_folder.saved_steps(folder)
+    assert checkpoints.saved_steps(folder)
     log = (folder / 'log.txt').read_text()
     assert 'interrupted: stopped on request after step' in log
     assert 'Traceback' not in log
@@ -433,7 +445,8 @@ def test_a_misspelt_sweep_key_is_an_error_before_any_run(tmp_path):
       'spectral_radius=1.5', 'spectral_radus=1.5'))
   code, _, errors = run_sweep(config, tmp_path / 'sweep')
   assert code == 1
-  assert "get_sweep: run 1 sets ['spectral_radus'], which the config does not have" in errors
+  assert ("get_sweep: run 1: config.spectral_radus: the config has no field 'spectral_radus'; "
+          'did you mean spectral_radius?') in errors
   assert not any((tmp_path / 'sweep').glob('*/summary.json'))
   twice = write_config(tmp_path, radius=0.5, name='twice.py')  # helper-15: locked itself out
   code, _, errors = run_sweep(twice, tmp_path / 'sweep')
@@ -493,36 +506,34 @@ def get_sweep():
 def test_swept_keys_and_names():
   runs = [{'a': 1, 'b': 'x', 'c': 0}, {'a': 2, 'b': 'x', 'c': 0}, {'a': 2, 'b': 'y', 'c': 0}]
   assert sweep.swept_keys(runs) == ['a', 'b']
-  assert sweep.run_name(runs[2], ['a', 'b']) == 'a=2,b=y'
+  assert plan.folder_names(runs, ['a', 'b']) == ['a=1,b=x', 'a=2,b=x', 'a=2,b=y']
 
 
 def test_groups_are_cut_evenly_over_the_processes_distinct_programs_first(tmp_path):
-  from experiments import char_lm
   from experiments.configs import char_lm as char_lm_config
+
+  def jobs(runs, max_group_size, parts):
+    configs = sweep.run_configs(char_lm_config.get_config(), runs, {})
+    plans = plan.plan(char_lm.EXPERIMENT, configs, [tmp_path / str(i) for i in range(len(runs))])
+    return plan.jobs(char_lm.EXPERIMENT, plans, max_group_size, parts)
+
   runs = [{'truncation': 64, 'spectral_radius': 0.5 + i / 10} for i in range(5)] + [
       {'truncation': 16, 'spectral_radius': 0.5 + i / 10} for i in range(3)]
-  configs = sweep.run_configs(char_lm_config.get_config(), runs)
-  folders = [tmp_path / str(i) for i in range(len(runs))]
-  todo = list(range(len(runs)))
   # tau 64's 5 runs into 3 + 2, tau 16's 3 into 2 + 1; the job of most work first, then
   # the most work of another program, so that the two processes compile different programs
-  assert sweep.plan_jobs(char_lm, configs, folders, todo, 0, parts=2) == [
-      [2, 3, 4], [0, 1], [6, 7], [5]]  # 3 runs and 2 runs are two programs
-  even = [{'truncation': tau, 'spectral_radius': 0.5 + i / 10} for tau in (64, 16)
+  assert jobs(runs, 0, parts=2) == [[2, 3, 4], [0, 1], [6, 7], [5]]  # 3 and 2 runs: two
+  even = [{'truncation': tau, 'spectral_radius': 0.5 + i / 10} for tau in (64, 16)  # programs
           for i in range(4)]
-  assert sweep.plan_jobs(char_lm, sweep.run_configs(char_lm_config.get_config(), even),
-                         folders, todo, 0, parts=2) == [[0, 1], [4, 5], [2, 3], [6, 7]]
-  assert sweep.plan_jobs(char_lm, configs, folders, todo, 0, parts=1) == [
-      [0, 1, 2, 3, 4], [5, 6, 7]]
-  assert sweep.plan_jobs(char_lm, configs, folders, todo, 0, parts=8) == [
+  assert jobs(even, 0, parts=2) == [[0, 1], [4, 5], [2, 3], [6, 7]]
+  assert jobs(runs, 0, parts=1) == [[0, 1, 2, 3, 4], [5, 6, 7]]
+  assert jobs(runs, 0, parts=8) == [
       [0], [5], [1], [2], [3], [4], [6], [7]]  # two programs: one run at tau 64, one at 16
-  assert sweep.plan_jobs(char_lm, configs, folders, todo, 2, parts=2) == [
+  assert jobs(runs, 2, parts=2) == [
       [1, 2], [0], [3, 4], [6, 7], [5]]  # at most 2 a job, sizes differing by at most one
 
 
 def test_default_sweep_is_the_main_job():
-  from launch import run
-  module = run.load_config_file(os.path.join('experiments', 'configs', 'char_lm.py'))
+  from experiments.configs import char_lm as module
   runs = module.get_sweep()
   assert len(runs) == 20
   assert sweep.swept_keys(runs) == ['spectral_radius', 'clipping', 'truncation']

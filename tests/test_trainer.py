@@ -10,18 +10,23 @@ import ml_collections
 import numpy as np
 import pytest
 
+from rnnjax import clipping
 from rnnjax import models
 from rnnjax.data import text
-from rnnjax.train import optimizers
-from rnnjax.train import run_folder
+from rnnjax.train import checkpoints
+from rnnjax.train import experiment
+from rnnjax.train import folder as run_folder
+from rnnjax.train import records
 from rnnjax.train import tasks
 from rnnjax.train import trainer
 
+TRAINING = experiment.Experiment(name='test_trainer', task=None, fields={})
+
 
 def config(**overrides):
-  fields = dict(seed=0, steps=1, log_every=1, checkpoint_every=0, optimizer='sgd',
-                learning_rate=1.0, clipping='global_norm', clip_threshold=1.0,
-                on_divergence='stop')
+  fields = {name: field.default for name, field in experiment.TRAINER_FIELDS.items()}
+  fields.update(experiment='test_trainer', steps=1, log_every=1, learning_rate=1.0,
+                clipping='global_norm')
   fields.update(overrides)
   return ml_collections.ConfigDict(fields)
 
@@ -41,19 +46,19 @@ def train(task, configs, folder=None):
     folders = [pathlib.Path(folder) / f'run_{i}' for i in range(len(configs))]
     for path, c in zip(folders, configs):
       path.mkdir(parents=True, exist_ok=True)
-      run_folder.start(path, c.to_dict(), overwrite=False)
-  params, records, _ = trainer.train(task, configs, folders)
-  lines = [run_folder.read_metrics(f) for f in folders] if folders else None
-  return params, records, lines
+      run_folder.write_json(path / run_folder.CONFIG, c.to_dict())
+  params, run_records, _ = trainer.train(task, configs, folders)
+  lines = [records.read_metrics(f) for f in folders] if folders else None
+  return params, run_records, lines
 
 
 def test_global_norm_of_huge_finite_gradients_does_not_overflow():
   grads = {'w': jnp.array([3e19, 4e19], jnp.float32)}
-  assert float(optimizers.global_norm(grads)) == pytest.approx(5e19, rel=1e-6)
+  assert float(clipping.global_norm(grads)) == pytest.approx(5e19, rel=1e-6)
   assert not math.isfinite(float(jnp.sqrt(jnp.sum(grads['w'] ** 2))))  # the naive sum overflows
-  assert float(optimizers.global_norm({'w': jnp.array([jnp.inf, 1.0])})) == math.inf
-  assert math.isnan(float(optimizers.global_norm({'w': jnp.array([jnp.nan, 1.0])})))
-  assert float(optimizers.global_norm({'w': jnp.zeros(3)})) == 0.0
+  assert float(clipping.global_norm({'w': jnp.array([jnp.inf, 1.0])})) == math.inf
+  assert math.isnan(float(clipping.global_norm({'w': jnp.array([jnp.nan, 1.0])})))
+  assert float(clipping.global_norm({'w': jnp.zeros(3)})) == 0.0
 
 
 def test_huge_gradient_is_clipped_to_the_threshold_and_logged(tmp_path):
@@ -171,19 +176,23 @@ def test_one_program_serves_every_radius_learning_rate_and_threshold(stream, cap
   assert compiled == ['Compiling jit(step)']  # once, for the three runs together
 
 
-def test_forget_compiled_drops_the_programs_of_past_tasks():
-  """What a worker does between jobs: the step of a task trained before is neither
-  kept (the task's closures and executables) nor reused; training again compiles it."""
+def test_the_compiled_programs_belong_to_the_caller():
+  """A task's compiled step and diagnostics live in the ``Programs`` its caller holds
+  (a job keeps one and drops it after), in no cache of the trainer's module: training
+  with the same programs compiles nothing more."""
   task = linear_task([1.0, 2.0])
-  train(task, [config()])
-  assert trainer._COMPILED and trainer.step_function.cache_info().currsize
-  trainer.forget_compiled()
-  assert not trainer._COMPILED
-  assert trainer.step_function.cache_info().currsize == 0
-  assert trainer.diagnostics_function.cache_info().currsize == 0
-  params, records, _ = train(task, [config(steps=2)])
-  assert records[0]['steps_done'] == 2
+  programs = trainer.Programs(task, config())
+  params, run_records, _ = trainer.train(task, [config(steps=2)], programs=programs)
+  assert run_records[0]['steps_done'] == 2
   np.testing.assert_allclose(params[0]['w'], [-1.0 / 5**0.5, -2.0 / 5**0.5] * np.array(2))
+  compiled = dict(programs.executables)
+  assert {name for name, _ in compiled} == {'step', 'measure'}
+  trainer.train(task, [config(steps=3)], programs=programs)
+  assert programs.executables == compiled  # the same executables, none compiled again
+  cached = [name for name, value in vars(trainer).items()
+            if hasattr(value, 'cache_info') or isinstance(value, dict) and name.isupper()
+            and name not in ('LOGGED', 'TOTALS')]
+  assert cached == []
 
 
 def test_resume_after_an_interruption_equals_an_uninterrupted_run(stream, tmp_path):
@@ -198,15 +207,15 @@ def test_resume_after_an_interruption_equals_an_uninterrupted_run(stream, tmp_pa
 
   folder = tmp_path / 'cut' / 'run_0'
   folder.mkdir(parents=True)
-  run_folder.start(folder, run.to_dict(), overwrite=False)
+  run_folder.write_json(folder / run_folder.CONFIG, run.to_dict())
   with pytest.raises(trainer.Interrupted, match='after step 17'):
     trainer.train(task, [run], [folder], stop_requested=stop_after_17)
-  assert run_folder.saved_steps(folder) == [10, 17]
-  params, records, _ = trainer.train(task, [run], [folder])
+  assert checkpoints.saved_steps(folder) == [10, 17]
+  params, run_records, _ = trainer.train(task, [run], [folder])
   for got, expected in zip(jax.tree_util.tree_leaves(params[0]),
                            jax.tree_util.tree_leaves(whole[0])):
     np.testing.assert_array_equal(got, expected)
-  assert records == whole_records
+  assert run_records == whole_records
   assert (folder / 'metrics.jsonl').read_bytes() == (
       tmp_path / 'whole' / 'run_0' / 'metrics.jsonl').read_bytes()
   assert run_folder.read_json(folder / run_folder.DEVICES, list) == [
@@ -214,15 +223,15 @@ def test_resume_after_an_interruption_equals_an_uninterrupted_run(stream, tmp_pa
 
 
 def test_devices_json_forgets_starts_after_the_step_resumed_from(tmp_path):
-  assert run_folder.record_devices(tmp_path, 'one device', 0) is None
-  assert run_folder.record_devices(tmp_path, 'one device', 40) is None
-  moved = run_folder.record_devices(tmp_path, '2 devices', 20)  # an older checkpoint
+  assert records.record_devices(tmp_path, 'one device', 0) is None
+  assert records.record_devices(tmp_path, 'one device', 40) is None
+  moved = records.record_devices(tmp_path, '2 devices', 20)  # an older checkpoint
   assert moved == (f'{tmp_path}: resumed at step 20 on 2 devices; the steps before it ran on '
                    'one device, so its numbers differ in the last digits from a run that never '
                    'moved')
   assert run_folder.read_json(tmp_path / run_folder.DEVICES, list) == [
       {'from_step': 0, 'devices': 'one device'}, {'from_step': 20, 'devices': '2 devices'}]
-  assert run_folder.record_devices(tmp_path, 'one device', 0) is None  # a fresh start
+  assert records.record_devices(tmp_path, 'one device', 0) is None  # a fresh start
   assert run_folder.read_json(tmp_path / run_folder.DEVICES, list) == [
       {'from_step': 0, 'devices': 'one device'}]
 
@@ -233,11 +242,11 @@ def test_a_damaged_checkpoint_is_named_and_the_older_one_used(stream, tmp_path, 
   whole, _, _ = train(task, [run], tmp_path / 'whole')
   folder = tmp_path / 'cut' / 'run_0'
   folder.mkdir(parents=True)
-  run_folder.start(folder, run.to_dict(), overwrite=False)
+  run_folder.write_json(folder / run_folder.CONFIG, run.to_dict())
   calls = []
   with pytest.raises(trainer.Interrupted):
     trainer.train(task, [run], [folder], stop_requested=lambda: calls.append(1) or len(calls) == 15)
-  assert run_folder.saved_steps(folder) == [10, 15]
+  assert checkpoints.saved_steps(folder) == [10, 15]
   for path in (folder / 'checkpoint' / '15').rglob('*'):
     if path.is_file() and path.stat().st_size > 100:
       path.write_bytes(path.read_bytes()[:50])  # truncated files
@@ -246,7 +255,8 @@ def test_a_damaged_checkpoint_is_named_and_the_older_one_used(stream, tmp_path, 
   (unfinished / 'part').write_bytes(b'x' * 1000)
   with caplog.at_level('WARNING'):
     params, _, _ = trainer.train(task, [run], [folder])
-  assert 'checkpoint of step 15 cannot be read' in caplog.text
+  assert 'the checkpoint of step 15 is damaged' in caplog.text
+  assert (folder / 'checkpoint' / '15.damaged').is_dir()
   assert not unfinished.exists()
   for got, expected in zip(jax.tree_util.tree_leaves(params[0]),
                            jax.tree_util.tree_leaves(whole[0])):
@@ -259,10 +269,10 @@ def test_tensorboard_events_hold_the_metrics(stream, tmp_path):
   from tensorboard.backend.event_processing import event_accumulator
   run_config = config(steps=10, log_every=5, optimizer='adam', learning_rate=1e-2)
   (tmp_path / 'run_0').mkdir()
-  run_folder.start(tmp_path / 'run_0', run_config.to_dict(), overwrite=False)
-  killed = run_folder.tensorboard(tmp_path / 'run_0', 1)
-  run_folder.write_scalars(killed, 1, {'train/loss': 99.0})
-  run_folder.write_scalars(killed, 5, {'train/loss': 99.0})
+  run_folder.write_json(tmp_path / 'run_0' / run_folder.CONFIG, run_config.to_dict())
+  killed = records.tensorboard(tmp_path / 'run_0', 1)
+  records.write_scalars(killed, {'step': 1, 'loss': 99.0})
+  records.write_scalars(killed, {'step': 5, 'loss': 99.0})
   killed.close()
   _, _, lines = train(lm_task(stream), [run_config], tmp_path)
   events = event_accumulator.EventAccumulator(str(tmp_path / 'run_0' / 'tensorboard'))
@@ -277,9 +287,9 @@ def test_tensorboard_events_hold_the_metrics(stream, tmp_path):
 
 
 def test_metrics_lines_and_records(stream, tmp_path):
-  _, records, lines = train(lm_task(stream), [config(steps=20, log_every=10, optimizer='adam',
-                                                    learning_rate=1e-2,
-                                                    clip_threshold=0.5)], tmp_path)
+  _, run_records, lines = train(lm_task(stream), [config(steps=20, log_every=10,
+                                                        optimizer='adam', learning_rate=1e-2,
+                                                        clip_threshold=0.5)], tmp_path)
   lines = lines[0]
   assert [l['step'] for l in lines] == [1, 10, 20]
   first = lines[0]
@@ -287,10 +297,10 @@ def test_metrics_lines_and_records(stream, tmp_path):
   assert list(first['profile']) == ['1', '2', '5']  # k < tau = 8
   assert first['clipped'] == (first['grad_norm'] > 0.5)
   assert first['spectral_radius'] == pytest.approx(1.0, abs=1e-4)  # at init: rho = 1
-  assert records[0]['first_profile'] == first['profile']
-  assert records[0]['final_spectral_radius'] == lines[-1]['spectral_radius']
-  assert records[0]['final_train_loss'] == lines[-1]['loss']
-  assert records[0]['steps_done'] == 20 and records[0]['status'] == 'finished'
+  assert run_records[0]['first_profile'] == first['profile']
+  assert run_records[0]['final_spectral_radius'] == lines[-1]['spectral_radius']
+  assert run_records[0]['final_train_loss'] == lines[-1]['loss']
+  assert run_records[0]['steps_done'] == 20 and run_records[0]['status'] == 'finished'
   assert not any('seconds' in key for line in lines for key in line)  # results hold no time
 
 
@@ -307,7 +317,7 @@ def test_metrics_lines_and_records(stream, tmp_path):
 ])
 def test_training_fields_are_checked(field, value, message):
   with pytest.raises(ValueError, match=message):
-    trainer.check_config(config(**{field: value}))
+    experiment.check(TRAINING, config(**{field: value}))
 
 
 def test_tensorboard_writer_leaves_torch_unimported(tmp_path):
@@ -317,9 +327,9 @@ def test_tensorboard_writer_leaves_torch_unimported(tmp_path):
   import sys
   from tensorboard.backend.event_processing import event_accumulator
   code = ('import pathlib, sys\n'
-          'from rnnjax.train import run_folder\n'
-          'writer = run_folder.tensorboard(pathlib.Path(sys.argv[1]), None)\n'
-          'run_folder.write_scalars(writer, 7, {"train/loss": 1.5})\n'
+          'from rnnjax.train import records\n'
+          'writer = records.tensorboard(pathlib.Path(sys.argv[1]), None)\n'
+          'records.write_scalars(writer, {"step": 7, "loss": 1.5})\n'
           'writer.close()\n'
           'print("torch" in sys.modules)\n'
           'import torch\n')  # torch itself still imports afterwards
@@ -338,13 +348,14 @@ def test_tensorboard_on_a_full_disk_raises_in_the_caller_instead_of_hanging(tmpf
   writes. A real 64 KiB tmpfs."""
   import errno
   disk = tmpfs_disk('64k')
-  writer = run_folder.tensorboard(disk, None)
+  writer = records.tensorboard(disk, None)
   with pytest.raises(OSError) as raised:
     (disk / 'filler').write_bytes(b'x' * 2**17)
   assert raised.value.errno == errno.ENOSPC
   with pytest.raises(OSError) as raised:
     for step in range(1, 1001):
-      run_folder.write_scalars(writer, step, {f'train/{i}': 1.0 for i in range(12)})
+      records.write_scalars(writer, dict({'step': step}, **{name: 1.0 for name in
+                                                             records.SCALARS}))
   assert raised.value.errno == errno.ENOSPC and step < 1000
 
 
@@ -354,7 +365,7 @@ def test_diagnostics_program_has_no_host_callback_and_host_radii_are_the_spectra
   task = lm_task(stream)
   configs = [config(spectral_radius=0.5), config(spectral_radius=1.5)]
   state = trainer.initial_state(task, configs)
-  measure = trainer.diagnostics_function(task.probe, task.recurrent_weight)
+  measure = trainer.Programs(task, configs[0]).measure
   text = measure.lower(state, task.batch(1)).as_text()
   assert 'callback' not in text.lower()
   weights, profile = measure(state, task.batch(1))

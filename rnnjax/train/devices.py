@@ -127,11 +127,9 @@ def place_state(where: Placement, state):
         where.mesh, _spec(leaf, axis))), tree)
 
   per_run = 0 if where.layout == 'runs' else None
-  return state._replace(params=place(state.params, per_run),
-                        opt_state=place(state.opt_state, per_run),
-                        carry=place(state.carry, 0 if where.layout == 'runs' else 1),
-                        key=place(state.key, per_run), step=place(state.step, None),
-                        counters=place(state.counters, per_run))
+  placed = {name: place(value, per_run) for name, value in state._asdict().items()}
+  return state._replace(**placed, carry=place(state.carry, 0 if where.layout == 'runs' else 1),
+                        step=place(state.step, None))
 
 
 def place_batch(where: Placement, batch):
@@ -161,6 +159,13 @@ def to_host(tree):
       return np.asarray(multihost_utils.process_allgather(leaf, tiled=True))
     return np.asarray(leaf)
   return jax.tree_util.tree_map(host, tree)
+
+
+def put_like(value, reference: jax.Array) -> jax.Array:
+  """A host value as an array laid out as ``reference`` (its sharding, every process)."""
+  if isinstance(reference, jax.Array) and not reference.is_fully_addressable:
+    return _global(value, reference.sharding)
+  return jax.device_put(np.asarray(value), reference.sharding)
 
 
 def describe(where: Placement) -> str:

@@ -1,63 +1,73 @@
-"""Gradient norm clipping as Pascanu, Mikolov & Bengio (2013) ran it.
+"""Gradient clipping as optax transformations, Pascanu et al.'s reference rule among them.
 
-The paper's algorithm 1 rescales the gradient g to the threshold c when
-||g|| > c. The reference code (github.com/pascanur/trainingRNNs, RNN.py
-lines 219-243) adds a fallback: where the global norm is NaN, infinite,
-negative or above 1e10 ("due to numerical precision issues in float32 we
-assume that we can not even trust the numbers"), the gradient of W_hh
-becomes 0.02 W_hh and every other gradient 0, so that an SGD step shrinks
-W_hh by the factor (1 - 0.02 lr) and leaves the rest alone. The reference
-sums squares in float32 (lines 219-223), which overflows to inf above a norm
-of about 1.8e19; ``global_norm`` does not, and takes the same decision since
-any such norm is above 1e10.
+Global-norm clipping rescales the whole gradient, g <- g min(1, c / ||g||)
+(Pascanu, Mikolov & Bengio 2013, algorithm 1); elementwise clipping clamps
+each entry to [-c, c]. ``clip`` and ``clip_pascanu`` record what they saw in
+their state (``ClipState``: the pre-clip global norm and whether clipping
+changed the gradient), ``measure_updates`` the global norm of the update, so
+that a training loop reports them at every step (``rnnjax.train.optimizers``).
+
+Pascanu's reference code (github.com/pascanur/trainingRNNs, RNN.py lines
+219-243) adds a fallback to algorithm 1: where the global norm is NaN,
+infinite, negative or above 1e10 ("due to numerical precision issues in
+float32 we assume that we can not even trust the numbers"), the gradient of
+W_hh becomes 0.02 W_hh and every other gradient 0, so that an SGD step shrinks
+W_hh by the factor (1 - 0.02 lr) and leaves the rest alone. Norms are
+``norms.global_norm``, without float32 overflow (the reference sums squares in
+float32, which overflows above a norm of about 1.8e19; any such norm is above
+1e10, so the decision is the same).
 
 References:
   Pascanu, Mikolov & Bengio (2013), "On the difficulty of training recurrent
   neural networks", section 3.2, algorithm 1; RNN.py lines 219-243.
 """
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+
+
+
+def global_norm(tree) -> jax.Array:  # interim: rnnjax.norms.global_norm replaces it
+  leaves = [jnp.asarray(leaf, jnp.float32) for leaf in jax.tree_util.tree_leaves(tree)]
+  if not leaves:
+    return jnp.zeros([], jnp.float32)
+  largest = jnp.max(jnp.stack([jnp.max(jnp.abs(leaf), initial=0.0) for leaf in leaves]))
+  scale = jnp.where((largest > 0) & jnp.isfinite(largest), largest, 1.0)
+  squares = sum(jnp.sum(jnp.square(leaf / scale)) for leaf in leaves)
+  return scale * jnp.sqrt(squares)
+
+__all__ = ['ClipState', 'UpdateState', 'clip', 'clip_pascanu', 'measure_updates',
+           'pascanu_clip_updates', 'clip_with_fallback', 'clipped_sgd', 'REFERENCE_THRESHOLD',
+           'REFERENCE_FALLBACK_FACTOR', 'REFERENCE_MAX_TRUSTED_NORM']
 
 REFERENCE_THRESHOLD = 1.0  # RNN.py line 495, state['cutoff']
 REFERENCE_FALLBACK_FACTOR = 0.02  # RNN.py line 239
 REFERENCE_MAX_TRUSTED_NORM = 1e10  # RNN.py line 237
 
 
-def global_norm(tree) -> jax.Array:
-  """||g|| over all leaves, without overflow: m sqrt(sum (g / m)^2), m = max |g|.
+class ClipState(NamedTuple):
+  """What the clipping step saw at the last update."""
+  gradient_norm: jax.Array  # <float32>[]: pre-clip global norm (``global_norm``)
+  clipped: jax.Array  # <bool>[]: whether clipping changed the gradient
 
-  The plain sum of squares overflows float32 above a norm of about 1.8e19
-  (e.g. [3e19, 4e19], norm 5e19); dividing by the largest magnitude first
-  keeps every square in [0, 1].
 
-  Args:
-    tree: a pytree of float arrays.
-
-  Returns:
-    float scalar >= 0 in the leaves' units; NaN if an entry is NaN, inf if
-    an entry is infinite (and none is NaN); 0 for an empty or all-zero tree.
-  """
-  leaves = [jnp.ravel(leaf) for leaf in jax.tree_util.tree_leaves(tree)]
-  if not leaves:
-    return jnp.zeros((), jnp.float32)
-  flat = jnp.concatenate(leaves)
-  largest = jnp.max(jnp.abs(flat), initial=0.0)
-  usable = jnp.isfinite(largest) & (largest > 0)
-  scale = jnp.where(usable, largest, 1.0)
-  norm = scale * jnp.sqrt(jnp.sum((flat / scale) ** 2))
-  return jnp.where(jnp.isfinite(largest), norm, largest)
+class UpdateState(NamedTuple):
+  """The update that the chain produced at the last step."""
+  update_norm: jax.Array  # <float32>[]: global norm of the update (after the learning rate)
 
 
 def _is_recurrent(path, recurrent_name: str) -> bool:
   return any(getattr(entry, 'key', None) == recurrent_name for entry in path)
 
 
-def clip_updates(updates, params, threshold, fallback_factor: float = REFERENCE_FALLBACK_FACTOR,
-                 max_trusted_norm: float = REFERENCE_MAX_TRUSTED_NORM,
-                 recurrent_name: str = 'W_hh'):
+def pascanu_clip_updates(updates, params, threshold,
+                         fallback_factor: float = REFERENCE_FALLBACK_FACTOR,
+                         max_trusted_norm: float = REFERENCE_MAX_TRUSTED_NORM,
+                         recurrent_name: str = 'W_hh'):
   """The rule of ``clip_with_fallback`` as a pure function of one gradient.
 
   With n = ``global_norm(updates)``: untrusted (n not finite or n >
@@ -125,7 +135,7 @@ def clip_with_fallback(threshold: float = REFERENCE_THRESHOLD,
   Put it before ``optax.sgd(lr)``: the fallback step is then W_hh <- (1 -
   0.02 lr) W_hh. max_trusted_norm=inf keeps only the non-finite case. The
   same rule, recording what it saw, is the clipping 'pascanu' of
-  ``optimizers.make_optimizer`` (``clip_updates``).
+  ``clip_pascanu`` (``pascanu_clip_updates``).
 
   Args:
     threshold: c > 0 (inf: no clipping, the fallback alone).
@@ -157,7 +167,7 @@ def clip_with_fallback(threshold: float = REFERENCE_THRESHOLD,
     return optax.EmptyState()
 
   def update(updates, state, params=None):
-    updates, _, _, _ = clip_updates(updates, params, threshold, fallback_factor,
+    updates, _, _, _ = pascanu_clip_updates(updates, params, threshold, fallback_factor,
                                     max_trusted_norm, recurrent_name)
     return updates, state
 
@@ -176,3 +186,81 @@ def clipped_sgd(learning_rate: float, threshold: float = REFERENCE_THRESHOLD
   if not 0 < learning_rate < np.inf:
     raise ValueError(f'learning_rate: expected a finite value > 0, got {learning_rate!r}')
   return optax.chain(clip_with_fallback(threshold), optax.sgd(learning_rate))
+
+
+def clip(family: str, threshold) -> optax.GradientTransformation:
+  """Global-norm or elementwise clipping that records ``ClipState``.
+
+  Args:
+    family: 'global_norm' (g <- g min(1, c / ||g||)) or 'elementwise'
+      (each entry clamped to [-c, c]).
+    threshold: c > 0, a float or an array (inf: never clips).
+
+  Returns:
+    an ``optax.GradientTransformation`` whose state is ``ClipState``.
+  """
+  def init(params):
+    del params
+    return ClipState(jnp.zeros([], jnp.float32), jnp.zeros([], bool))
+
+  def update(updates, state, params=None):
+    del state, params
+    norm = global_norm(updates)
+    if family == 'elementwise':
+      largest = jnp.max(jnp.stack([jnp.max(jnp.abs(g), initial=0.0)
+                                   for g in jax.tree_util.tree_leaves(updates)]))
+      clipped = largest > threshold
+      updates = jax.tree_util.tree_map(lambda g: jnp.clip(g, -threshold, threshold), updates)
+    else:
+      clipped = norm > threshold
+      factor = jnp.where(clipped, threshold / norm, 1.0)
+      updates = jax.tree_util.tree_map(lambda g: g * factor.astype(g.dtype), updates)
+    return updates, ClipState(norm, clipped)
+
+  return optax.GradientTransformation(init, update)
+
+
+def clip_pascanu(threshold) -> optax.GradientTransformation:
+  """Global-norm clipping with the reference fallback of Pascanu et al. (2013),
+  recording ``ClipState``.
+
+  ``pascanu_clip_updates``: n = ||g|| not finite or > 1e10 gives the update
+  0.02 W_hh for every leaf named 'W_hh' and 0 for the others; else g <- g
+  min(1, c / n). ``ClipState.gradient_norm`` is n (NaN or inf when the
+  gradient was not finite), ``clipped`` whether the rescaling or the
+  fallback changed the gradient.
+
+  Args:
+    threshold: c > 0, a float or an array (an injected hyperparameter).
+
+  Returns:
+    an ``optax.GradientTransformation`` whose ``update`` needs ``params``
+    (with a leaf named 'W_hh'; else ValueError at trace time).
+
+  References:
+    Pascanu, Mikolov & Bengio (2013), algorithm 1; RNN.py lines 219-243 of
+    github.com/pascanur/trainingRNNs.
+  """
+  def init(params):
+    del params
+    return ClipState(jnp.zeros([], jnp.float32), jnp.zeros([], bool))
+
+  def update(updates, state, params=None):
+    del state
+    updates, norm, clipped, untrusted = pascanu_clip_updates(updates, params, threshold)
+    return updates, ClipState(norm, clipped | untrusted)
+
+  return optax.GradientTransformation(init, update)
+
+
+def measure_updates() -> optax.GradientTransformation:
+  """The identity, recording the update's global norm in ``UpdateState``."""
+  def init(params):
+    del params
+    return UpdateState(jnp.zeros([], jnp.float32))
+
+  def update(updates, state, params=None):
+    del state, params
+    return updates, UpdateState(global_norm(updates))
+
+  return optax.GradientTransformation(init, update)

@@ -1,14 +1,14 @@
 """The tables and plots of a sweep, from its runs' summaries.
 
 ``results.md`` / ``results.csv``: one row per run: the swept values, its
-status, what the experiment reports (its ``REPORT`` fields), the
+status, what the experiment reports (its ``report`` fields), the
 gradient-norm profile at the first and the last logged step (where the run
 measured one) and the seconds its group took. When the seed is swept,
 ``results_over_seeds.md`` / ``.csv`` give one row per setting: the number of
 runs, how many diverged or failed, the rate of each yes/no field (e.g.
 success) and the median of each number over the runs where it is finite.
 Each Markdown table opens with the commit and date its runs were measured at.
-Plots follow the experiment's ``PLOTS``: ``('profile', key)`` draws the
+Plots follow the experiment's ``plots``: ``('profile', key)`` draws the
 profiles, one curve per value of ``key``; ``('heatmap', value, x, panels)``
 draws the seed-averaged ``value`` with ``x`` across and the other settings
 down, one picture per combination of the ``panels`` keys.
@@ -21,7 +21,10 @@ import pathlib
 import statistics
 
 from rnnjax import diagnostics
-from rnnjax.train import run_folder
+from rnnjax.train import folder as run_folder
+
+__all__ = ['table_rows', 'over_seeds', 'markdown', 'csv_text', 'provenance_line',
+           'save_figure', 'write']
 
 PROFILE_DISTANCES = tuple(str(k) for k in diagnostics.PROFILE_DISTANCES)
 
@@ -32,7 +35,7 @@ def table_rows(runs, keys, reported) -> list[dict]:
   Args:
     runs: list of ``(overrides, summary or None, timing or None, status)``.
     keys: the swept keys, in order.
-    reported: the experiment's ``REPORT`` fields.
+    reported: the experiment's ``report`` fields.
 
   Returns:
     dicts of column -> value (floats NaN where missing).
@@ -222,12 +225,12 @@ def write(runs, keys, experiment, folder: pathlib.Path, command_line: dict | Non
   Args:
     runs: as ``table_rows``.
     keys: the swept keys.
-    experiment: the experiment module (its ``REPORT`` and optional ``PLOTS``).
+    experiment: the ``Experiment`` (its ``report`` fields and ``plots``).
     folder: the sweep folder.
     command_line: the fields set for every run by ``--config.NAME=VALUE``, named
       under the Markdown tables' provenance line.
   """
-  reported = experiment.REPORT
+  reported = experiment.report
   rows = table_rows(runs, keys, reported)
   heading = provenance_line([timing for _, _, timing, _ in runs])
   if command_line:
@@ -240,7 +243,7 @@ def write(runs, keys, experiment, folder: pathlib.Path, command_line: dict | Non
     aggregated = over_seeds(rows, keys, reported)
     run_folder.write_text(folder / 'results_over_seeds.md', markdown(aggregated, heading))
     run_folder.write_text(folder / 'results_over_seeds.csv', csv_text(aggregated))
-  for plot in getattr(experiment, 'PLOTS', ()):
+  for plot in experiment.plots:
     if plot[0] == 'profile' and plot[1] in keys:
       plot_profiles(rows, keys, plot[1], folder / 'gradient_profile.png')
     elif plot[0] == 'heatmap' and plot[2] in keys:

@@ -1,0 +1,202 @@
+"""The two commands: train one run, or sweep a config's ``get_sweep()``.
+
+  rnnjax-run --config=CONFIG.py --workdir=results/one_run [--config.NAME=VALUE ...] [--overwrite]
+  rnnjax-sweep --config=CONFIG.py --workdir=results/sweep [--config.NAME=VALUE ...]
+      [--executor=slurm --slurm.partition=debug --slurm.timeout_min=60 ...]
+
+(``python -m launch.run`` and ``python -m launch.sweep`` in a checkout.) A config
+file defines ``get_config()``, whose ``experiment`` field names the module of an
+``Experiment`` on the Python path (the working directory is on it), and for a
+sweep ``get_sweep()``: one dict of field values per run. ``--config.NAME=VALUE``
+sets a field (for a sweep: for every run, in place of the value ``get_sweep()``
+gives them all; a field the sweep varies is refused). The config file is
+executed once.
+
+run: rerunning the same command resumes the run from its latest checkpoint, or,
+if it ended, prints its summary and trains nothing; a config that differs from
+the folder's config.json is refused (one line naming the differing fields)
+unless ``--overwrite``, which clears the folder first. SIGTERM, SIGUSR2 (Slurm's
+time-limit warning) and Ctrl-C checkpoint the run at the current step before it
+exits. Exit status: 0 when the run finished or diverged (a diverged run is a
+result); 1 with one line on stderr for a bad config, a folder of another run or
+in use, missing data, a full disk; 128 + the signal's number when stopped by one.
+
+sweep: see ``rnnjax.train.sweep``; exit status 0, 1 when a run failed (each
+reason printed), 130 when interrupted.
+"""
+
+import importlib.util
+import math
+import os
+import pathlib
+import re
+import sys
+
+from absl import flags
+import ml_collections
+from ml_collections import config_flags
+
+from rnnjax.train import experiment as experiments
+
+__all__ = ['run_main', 'sweep_main']
+
+FLAGS = flags.FLAGS
+SLURM = {'slurm_partition': '', 'timeout_min': 60, 'cpus_per_task': 2, 'slurm_gpus_per_task': 0,
+         'mem_gb': 8, 'slurm_account': '', 'slurm_qos': '', 'slurm_array_parallelism': 16,
+         'nodes': 1, 'tasks_per_node': 1}
+
+
+def _say(line: str) -> None:
+  """One line on stderr in one write (other threads write to stderr too)."""
+  sys.stderr.write(line + '\n')
+  sys.stderr.flush()
+
+
+def _fail(line: str):
+  _say(f'error: {line}')
+  sys.exit(1)
+
+
+def _config_path(argv) -> str:
+  """The config file the command line names: the last ``--config=FILE`` or
+  ``--config FILE`` (one dash too), as absl takes it."""
+  path = None
+  for i, arg in enumerate(argv[1:], 1):
+    match = re.fullmatch(r'--?config(=(.*))?', arg)
+    if match and match.group(1):
+      path = match.group(2)
+    elif match and i + 1 < len(argv):
+      path = argv[i + 1]
+  if path is None:
+    _fail('--config: expected a config file (--config=path/to/config.py)')
+  return path
+
+
+def _load(argv, doc: str, sweep: bool):
+  """Loads the config file once; defines the flags around its config; parses ``argv``.
+
+  Returns:
+    ``(module, experiment, config)``: the config file's module, its experiment and
+    its config with the command line's fields set.
+  """
+  path = _config_path(argv)
+  spec = importlib.util.spec_from_file_location(pathlib.Path(path).stem, path)
+  if spec is None or not pathlib.Path(path).is_file():
+    _fail(f'--config: no config file at {path!r}')
+  module = importlib.util.module_from_spec(spec)
+  sys.path.insert(0, os.getcwd())  # as `python -m` does: the user's modules import
+  spec.loader.exec_module(module)
+  if not hasattr(module, 'get_config') or (sweep and not hasattr(module, 'get_sweep')):
+    _fail(f'--config: {path} defines no {"get_sweep()" if sweep else "get_config()"}')
+  base = module.get_config()
+  try:
+    experiment = experiments.load(base.get('experiment'))
+  except ValueError as error:
+    _fail(str(error))
+  if any(arg in ('--help', '-h', '--helpshort', '-?') for arg in argv[1:]):
+    print(doc)
+    print(FLAGS.main_module_help())
+    print(f'\nFields of {path} (--config.NAME=VALUE), with the defaults of '
+          f'{experiment.name}:\n{experiment.help()}')
+    sys.exit(0)
+  for arg in argv[1:]:  # a field the config lacks: one line naming the closest
+    match = re.match(r'--?config\.([A-Za-z_][\w.]*)', arg)
+    if match:
+      try:
+        experiments.locate(base, match.group(1))
+      except ValueError as error:
+        _fail(f'--config.{match.group(1)}: {path} has no field '
+              f'{str(error).split("no field ", 1)[1]}')
+  rest = [arg for i, arg in enumerate(argv) if not (
+      re.fullmatch(r'--?config(=.*)?', arg) or (i > 0 and re.fullmatch(r'--?config', argv[i - 1])))]
+  config_flags.DEFINE_config_dict('config', base, "The config file's get_config(); override a "
+                                  'field with --config.NAME=VALUE.', lock_config=True,
+                                  sys_argv=rest)
+  try:
+    FLAGS(rest)
+  except (flags.Error, KeyError, AttributeError, TypeError, ValueError) as error:
+    _fail(' '.join(str(error).replace('\\n', ' ').split()))
+  return module, experiment, FLAGS.config, path
+
+
+def run_main() -> None:
+  """``rnnjax-run`` (``python -m launch.run``)."""
+  flags.DEFINE_string('workdir', None, 'The run folder: config.json, metrics.jsonl, '
+                      'tensorboard/, checkpoint/, summary.json, timing.json, log.txt.')
+  flags.DEFINE_bool('overwrite', False, 'Clear the run folder (checkpoint included) and start '
+                    'afresh, instead of resuming or refusing a folder of another config.')
+  _, experiment, config, _ = _load(sys.argv, __doc__, sweep=False)
+  if not FLAGS.workdir:
+    _fail('--workdir: expected the run folder')
+  from absl import logging
+  from rnnjax.train import job as jobs
+  from rnnjax.train import sweep
+  logging.use_absl_handler()
+  logging.set_verbosity(logging.INFO)
+  received = jobs.setup_process()
+  result = jobs.run_job({'id': 'run', 'experiment': config.experiment,
+                         'overwrite': 'all' if FLAGS.overwrite else 'none',
+                         'provenance': sweep.provenance(),
+                         'runs': [{'folder': FLAGS.workdir,
+                                   'config': experiments.as_dict(config)}]}, received)
+  run = result['runs'][0]
+  if result['exit'] == 'interrupted':
+    _say(run['reason'])
+    sys.exit(128 + received[0])
+  if result['exit'] != 'ok':
+    _say(f'error: {run["reason"]}')
+    if result['exit'] == 'full_disk':  # not sys.exit: exit hooks would write to the full disk
+      os._exit(1)
+    sys.exit(1)
+  import jax
+  from rnnjax.train import folder as run_folder
+  if jax.process_index() != 0:  # process 0 alone writes the folder and reports
+    return
+  summary = run_folder.read_json(pathlib.Path(FLAGS.workdir) / run_folder.SUMMARY) or {}
+  print(f'{FLAGS.workdir}: {summary.get("status")} after {summary.get("steps_done")} steps' +
+        (f' (diverged at step {summary["diverged_step"]})' if summary.get('diverged_step')
+         else ''))
+  for name in experiment.report:
+    value = summary.get(name, math.nan)
+    print(f'  {name}: {value:.4g}' if isinstance(value, float) else f'  {name}: {value}')
+  for name, value in summary.items():
+    if name.startswith('sample_'):
+      print(f'  {name}: {value}')
+
+
+def sweep_main() -> None:
+  """``rnnjax-sweep`` (``python -m launch.sweep``)."""
+  flags.DEFINE_string('workdir', None, 'Sweep folder: one subfolder per run, plus the tables '
+                      'and plots.')
+  flags.DEFINE_enum('executor', 'local', ['local', 'slurm'],
+                    'local: processes on this machine; slurm: an array job through submitit.')
+  flags.DEFINE_bool('overwrite', False, 'Clear every run folder and train every run again.')
+  flags.DEFINE_integer('max_group_size', 0, 'Most runs vmapped into one job (0: local: each '
+                       'group cut into --processes jobs; slurm: no limit; 1: every run alone).')
+  flags.DEFINE_integer('processes', 0, 'local: jobs at a time (0: one per core).')
+  flags.DEFINE_integer('threads_per_run', 0, 'local: cores each job may use (0: the cores / '
+                       '--processes).')
+  flags.DEFINE_float('stall_minutes', 30.0, 'local: a job that reports no progress for this '
+                     'long is named, and killed a minute later.')
+  config_flags.DEFINE_config_dict('slurm', ml_collections.ConfigDict(SLURM),
+                                  'slurm: submitit\'s parameters, e.g. --slurm.slurm_partition='
+                                  'debug --slurm.timeout_min=60 --slurm.nodes=2.')
+  module, experiment, config, path = _load(sys.argv, __doc__, sweep=True)
+  if not FLAGS.workdir:
+    _fail('--workdir: expected the sweep folder')
+  from rnnjax.train import folder as run_folder
+  from rnnjax.train import sweep
+  command_line = dict(config_flags.get_override_values(FLAGS['config']))
+  try:
+    overrides = module.get_sweep()
+    if not overrides:
+      raise sweep.SweepError(f'config: get_sweep() in {path} returned no runs')
+    configs = sweep.run_configs(config, overrides, command_line, path)
+    status = sweep.sweep(experiment, configs, overrides, pathlib.Path(FLAGS.workdir),
+                         command_line, FLAGS.executor, FLAGS.overwrite, FLAGS.max_group_size,
+                         FLAGS.processes, FLAGS.threads_per_run, FLAGS.slurm.to_dict(),
+                         FLAGS.stall_minutes * 60)
+  except (sweep.SweepError, run_folder.FolderInUse, ValueError, OSError) as error:
+    _fail(str(error))
+  sys.exit(status)
+

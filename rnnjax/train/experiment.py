@@ -1,0 +1,294 @@
+"""One kind of experiment: its config fields with their checks, its task and its report.
+
+An experiment is an ``Experiment`` object, the attribute ``EXPERIMENT`` of a module
+anywhere on ``sys.path``; a config names it by that module's path
+(``config.experiment = 'experiments.char_lm'``, or ``'mylab.copy_task'`` in a
+project of one's own). Its config is ``TRAINER_FIELDS`` (what every run has:
+seed, steps, optimizer, clipping, ...) plus the experiment's own ``fields``,
+each a ``Field``: a default, a ``Check`` and a line of help. ``config()`` builds
+the default config, ``check()`` checks every field, ``override()`` is the one way
+a config gets values from a sweep, a group or the command line.
+"""
+
+import copy
+import dataclasses
+import decimal
+import importlib
+import json
+import math
+from typing import Any, Callable, Mapping, NamedTuple
+
+import ml_collections
+import numpy as np
+
+__all__ = ['Check', 'Field', 'Experiment', 'TRAINER_FIELDS', 'integer', 'number', 'one_of',
+           'check', 'load', 'locate', 'override', 'as_dict', 'from_dict', 'group_key']
+
+
+class Check(NamedTuple):
+  """A test of one field's value and the words for what it expects."""
+  expected: str  # e.g. 'an int >= 1', completing "config.<field>: expected ..."
+  test: Callable[[Any], bool]
+
+
+def _is_int(value) -> bool:
+  return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+  return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def integer(low: int, below: int | None = None) -> Check:
+  """An int >= ``low`` (and < ``below``)."""
+  return Check(f'an int >= {low}' + (f' and < {below}' if below is not None else ''),
+               lambda v: _is_int(v) and v >= low and (below is None or v < below))
+
+
+def number(low: float = 0.0, strict: bool = False, high: float = math.inf) -> Check:
+  """A finite number >= ``low`` (> with ``strict``) and below ``high``."""
+  if high < math.inf:
+    return Check(f'a value in {"(" if strict else "["}{low:g}, {high:g})',
+                 lambda v: _is_number(v) and (low < v if strict else low <= v) and v < high)
+  return Check(f'a finite value {">" if strict else ">="} {low:g}',
+               lambda v: _is_number(v) and (low < v if strict else low <= v) and v < math.inf)
+
+
+def one_of(choices) -> Check:
+  """One of ``choices`` (shown as given: a tuple or a sorted list)."""
+  return Check(f'one of {choices!r}', lambda v: isinstance(v, str) and v in choices)
+
+
+class Field(NamedTuple):
+  """A config field of an experiment."""
+  default: Any
+  check: Check | None = None  # None: any value
+  help: str = ''
+
+
+TRAINER_FIELDS = {
+    'seed': Field(0, Check('an int < 2**32 (a larger seed gives the key of seed % 2**32)',
+                           lambda v: _is_int(v) and 0 <= v < 2**32),
+                  'init, data order, dropout: one seed fixes a run'),
+    'steps': Field(1000, integer(1), 'training steps (updates)'),
+    'optimizer': Field('sgd', one_of(['adagrad', 'adam', 'adamw', 'sgd']),
+                       'sgd | adagrad | adam | adamw'),
+    'learning_rate': Field(0.01, number(0.0, strict=True), 'of the optimizer'),
+    'clipping': Field('none', one_of(('none', 'global_norm', 'elementwise', 'pascanu')),
+                      'none | global_norm | elementwise | pascanu (global norm with the '
+                      'reference fallback of Pascanu et al.)'),
+    'clip_threshold': Field(1.0, None, 'c of the clipping (ignored for none)'),
+    'flossing_weight': Field(0.0, number(0.0), 'weight of gradient flossing, sum of the top '
+                             'Lyapunov exponents squared (0: off)'),
+    'flossing_exponents': Field(1, integer(1), 'k, the Lyapunov exponents flossing pushes to 0'),
+    'flossing_steps': Field(0, integer(0), 'flossing in the first N steps only (0: every step)'),
+    'on_divergence': Field('stop', one_of(('stop', 'skip')),
+                           'a NaN/Inf step: stop the run, or skip its update'),
+    'layout': Field('auto', one_of(('auto', 'data', 'runs')),
+                    'over several devices: split the batch (data) or the runs'),
+    'log_every': Field(100, integer(1), 'steps between metrics lines'),
+    'checkpoint_every': Field(0, integer(0), 'steps between checkpoints (0: only at the end)'),
+}
+# Fields whose values change no program: runs differing only in these (and clipping
+# none / global_norm, one chain at an infinite threshold) train as one vmapped group.
+TRAINER_VMAPPABLE = ('learning_rate', 'clip_threshold', 'clipping', 'flossing_weight')
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+  """What an experiment is made of; the trainer, the run folder and the sweep do the rest.
+
+  Attributes:
+    name: its module's path (``__name__`` where it is defined).
+    task: ``task(config) -> trainer.Task``: reads and checks the data, builds
+      the model and loss (the config is the group's first). Raises ValueError
+      naming ``config.<field>``.
+    fields: its own config fields (they may replace a trainer field's default
+      or check, e.g. ``steps``).
+    report: the summary fields a sweep tabulates.
+    check: cross-field rules beyond each field's ``Check``, raising ValueError
+      naming ``config.<field>``.
+    vmappable: its fields that change no program (with ``TRAINER_VMAPPABLE``).
+    plots: ``('profile', key)`` or ``('heatmap', value, x, panel_keys)``.
+    work: a step's relative cost, for a sweep's progress and order.
+  """
+  name: str
+  task: Callable[[ml_collections.ConfigDict], Any]
+  fields: Mapping[str, Field]
+  report: tuple[str, ...] = ()
+  check: Callable[[ml_collections.ConfigDict], None] | None = None
+  vmappable: tuple[str, ...] = ()
+  plots: tuple[tuple, ...] = ()
+  work: Callable[[ml_collections.ConfigDict], float] = lambda config: 1.0
+
+  def all_fields(self) -> dict[str, Field]:
+    return {**TRAINER_FIELDS, **self.fields}
+
+  def config(self, **values) -> ml_collections.ConfigDict:
+    """The default config (trainer fields, then the experiment's), with ``values`` set.
+
+    Raises:
+      ValueError: for a value of a field the experiment does not have.
+    """
+    config = ml_collections.ConfigDict({'experiment': self.name})
+    for name, field in self.all_fields().items():
+      config[name] = copy.deepcopy(field.default)
+    return override(config, values)
+
+  def help(self) -> str:
+    """The fields, their defaults and their help, one a line."""
+    return '\n'.join(f'  {name} = {field.default!r}' + (f'  # {field.help}' if field.help else '')
+                     for name, field in self.all_fields().items())
+
+
+def load(name: str) -> Experiment:
+  """The ``EXPERIMENT`` of the module at the path ``name`` (any importable module).
+
+  Raises:
+    ValueError: naming ``config.experiment``, for a name that is no module path,
+      a module that cannot be imported or one without an ``Experiment``.
+  """
+  if not (isinstance(name, str) and name and all(part.isidentifier()
+                                                  for part in name.split('.'))):
+    raise ValueError(f'config.experiment: expected the path of a module that defines '
+                     f'EXPERIMENT (e.g. experiments.char_lm), got {name!r}')
+  try:
+    module = importlib.import_module(name)
+  except ModuleNotFoundError as error:
+    raise ValueError(f'config.experiment: cannot import {name!r} ({error}); is its folder on '
+                     'the Python path?') from None
+  experiment = getattr(module, 'EXPERIMENT', None)
+  if not isinstance(experiment, Experiment):
+    raise ValueError(f'config.experiment: {name} defines no EXPERIMENT '
+                     '(an rnnjax.train.experiment.Experiment)')
+  return experiment
+
+
+def _passes(rule: Check, value) -> bool:
+  try:
+    return bool(rule.test(value))
+  except TypeError:  # a value of another type than the check compares
+    return False
+
+
+def check(experiment: Experiment, config: ml_collections.ConfigDict) -> None:
+  """Checks every field of ``config`` and the experiment's cross-field rules.
+
+  Raises:
+    ValueError: ``config.<field>: expected ..., got ...`` for the first field
+      that fails, a config of another experiment, or one that lacks a field.
+  """
+  if config.get('experiment') != experiment.name:
+    raise ValueError(f'config.experiment: expected {experiment.name!r} (the experiment this '
+                     f'group runs), got {config.get("experiment")!r}')
+  for name, field in experiment.all_fields().items():
+    if name not in config:
+      raise ValueError(f'config.{name}: missing; is config.experiment the one this config is '
+                       'for?')
+    if field.check is not None and not _passes(field.check, config[name]):
+      raise ValueError(f'config.{name}: expected {field.check.expected}, got {config[name]!r}')
+  if config.clipping != 'none' and not number(0.0, strict=True).test(config.clip_threshold):
+    raise ValueError(f'config.clip_threshold: expected a finite value > 0 for clipping='
+                     f'{config.clipping!r}, got {config.clip_threshold!r}')
+  if experiment.check is not None:
+    experiment.check(config)
+
+
+def _plain(value, name: str):
+  """``value`` as a config holds it: numpy scalars and arrays become Python values.
+
+  Raises:
+    ValueError: for a value of another type (a Decimal, an object), naming the field.
+  """
+  if isinstance(value, np.generic):
+    return value.item()
+  if isinstance(value, np.ndarray):
+    return tuple(value.tolist())
+  if isinstance(value, (list, tuple)):
+    return type(value)(_plain(v, name) for v in value)
+  if isinstance(value, dict):
+    return {k: _plain(v, f'{name}.{k}') for k, v in value.items()}
+  if value is None or isinstance(value, (bool, int, float, str, ml_collections.ConfigDict)):
+    return value
+  kind = 'a Decimal' if isinstance(value, decimal.Decimal) else f'of type {type(value).__name__}'
+  raise ValueError(f'config.{name}: expected a bool, int, float, str, tuple or dict, got '
+                   f'{value!r} ({kind})')
+
+
+def locate(config: ml_collections.ConfigDict, name: str) -> tuple:
+  """The ConfigDict that holds the dotted field ``name`` and the field's key in it.
+
+  Raises:
+    ValueError: ``config.<name>: the config has no field ...``, naming the closest
+      field, or the value that has no fields.
+  """
+  import difflib
+  holder, parts = config, name.split('.')
+  for depth, part in enumerate(parts):
+    fields = list(holder.keys()) if isinstance(holder, ml_collections.ConfigDict) else []
+    if part not in fields:
+      where = '.'.join(parts[:depth])
+      if not isinstance(holder, ml_collections.ConfigDict):
+        hint = f' (config.{where} is {holder!r}, which has no fields)'
+      else:
+        close = difflib.get_close_matches(part, fields, n=1)
+        hint = (f'; did you mean {".".join(parts[:depth] + close[:1])}?' if close
+                else f'; the fields are {fields}')
+      raise ValueError(f'config.{name}: the config has no field '
+                       f'{".".join(parts[:depth + 1])!r}{hint}')
+    if depth < len(parts) - 1:
+      holder = holder[part]
+  return holder, parts[-1]
+
+
+def override(config: ml_collections.ConfigDict, values: Mapping[str, Any]
+             ) -> ml_collections.ConfigDict:
+  """A copy of ``config`` with ``values`` (dotted names, ``{'model.size': 3}``) set.
+
+  The one way a config gets values (a sweep's run, a group's run, the command
+  line). Numpy scalars become Python numbers.
+
+  Raises:
+    ValueError: naming the field, for a field the config lacks (with the closest
+      name) or a value of a type a config cannot hold.
+  """
+  config = copy.deepcopy(config)
+  for name, value in values.items():
+    holder, key = locate(config, name)
+    value = _plain(value, name)
+    try:
+      holder[key] = value
+    except TypeError:  # ml_collections keeps a field's type
+      raise ValueError(f'config.{name}: expected a {type(holder[key]).__name__} (the type of '
+                       f'its default {holder[key]!r}), got {value!r}') from None
+  return config
+
+
+def as_dict(config: ml_collections.ConfigDict) -> dict:
+  """The config as config.json holds it (JSON types: tuples become lists)."""
+  return json.loads(config.to_json_best_effort())
+
+
+def from_dict(experiment: Experiment, values: Mapping[str, Any]) -> ml_collections.ConfigDict:
+  """The config a JSON dict (``as_dict``, a config.json) stands for: the experiment's
+  defaults with its values, lists back to tuples where the default is a tuple."""
+  if values.get('experiment', experiment.name) != experiment.name:
+    raise ValueError(f'config.experiment: expected {experiment.name!r} (the experiment this '
+                     f'job runs), got {values["experiment"]!r}')
+  defaults = experiment.config()
+
+  def typed(name, value):
+    return tuple(value) if isinstance(value, list) and isinstance(defaults.get(name),
+                                                                  tuple) else value
+  return override(defaults, {k: typed(k, v) for k, v in values.items() if k != 'experiment'})
+
+
+def group_key(experiment: Experiment, config: ml_collections.ConfigDict) -> tuple:
+  """Runs with equal keys can train in one vmapped group: every field but the
+  vmappable ones, with clipping reduced to the chain it runs on and flossing to
+  whether it is on."""
+  vmappable = set(TRAINER_VMAPPABLE) | set(experiment.vmappable)
+  family = config.clipping if config.clipping in ('elementwise', 'pascanu') else 'global_norm'
+  return tuple(sorted((k, repr(v)) for k, v in config.to_dict().items()
+                      if k not in vmappable)) + (('clipping_family', family),
+                                                 ('flossing', config.flossing_weight > 0))

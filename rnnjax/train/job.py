@@ -1,0 +1,288 @@
+"""The job entry every executor calls: a job is one vmapped group of runs.
+
+A job is a JSON object::
+
+  {"id": "3", "experiment": "experiments.char_lm", "overwrite": "changed",
+   "runs": [{"folder": "results/sweep/spectral_radius=0.5", "config": {...}}, ...],
+   "result": "results/sweep/.jobs/3.result.json", "provenance": {...}}
+
+each run's config as its config.json holds it. ``run_job`` trains it through
+the harness and writes its result file (atomically): one entry per run with
+its ``status`` (finished, diverged, ended: it had ended before, failed,
+interrupted), a one-line ``reason`` and the job's ``exit`` kind (ok, error,
+full_disk, out_of_memory, interrupted). A process calls ``setup_process`` once
+before its first job (logs, memory, compilation cache, ``jax.distributed``,
+signals).
+
+``python -m rnnjax.train.job`` is a worker: it reads jobs from stdin, one JSON
+object a line, runs each, and writes events to stdout, one JSON object a line:
+``{"job": id, "event": "taken"}``, ``{"job": id, "event": "step", "run": i,
+"step": n}`` (at most one a second) and ``{"job": id, "event": "ended"}``.
+Everything else it prints goes to stderr. A worker asked to stop (SIGTERM,
+SIGINT, SIGUSR2) checkpoints its job's runs and exits with 128 + the signal's
+number; a full disk ends it with status 1.
+"""
+
+import contextlib
+import ctypes
+import errno
+import json
+import logging as python_logging
+import os
+import pathlib
+import re
+import signal
+import sys
+import time
+
+from absl import logging
+import jax
+
+from rnnjax.train import experiment as experiments
+from rnnjax.train import folder as run_folder
+from rnnjax.train import harness
+from rnnjax.train import trainer
+
+__all__ = ['setup_process', 'keep_freed_memory', 'run_job', 'failure', 'serve',
+           'COMPILATION_CACHE_VARIABLE']
+
+COMPILATION_CACHE_VARIABLE = 'RNNJAX_COMPILATION_CACHE'
+DISTRIBUTED_VARIABLES = ('RNNJAX_COORDINATOR', 'RNNJAX_NUM_PROCESSES', 'RNNJAX_PROCESS_ID')
+
+
+def keep_freed_memory() -> bool:
+  """Tells glibc's malloc to keep freed memory for reuse instead of handing it back.
+
+  XLA's CPU runtime allocates each executable's temporary buffer (tens of MiB
+  for a group step) at every call and frees it after; past glibc's mmap
+  threshold every call maps fresh pages and the kernel zeroes each on first
+  touch (a third of a step's time for the main job's tau-64 group). Heap
+  allocations up to 2 GiB are reused instead, on two heaps (the main thread's
+  and one for the others: with one, the threads' contention slowed small runs;
+  with one a thread, they mapped large buffers as before). Returns False where
+  the C library has no ``mallopt`` (not glibc).
+  """
+  try:
+    mallopt = ctypes.CDLL(None).mallopt
+  except (OSError, AttributeError):
+    return False
+  most = 2**31 - 1
+  return all(mallopt(option, ctypes.c_int(value)) == 1 for option, value in (
+      (-8, 2),  # M_ARENA_MAX
+      (-3, most),  # M_MMAP_THRESHOLD: allocations below it come from the heap
+      (-1, most),  # M_TRIM_THRESHOLD: free space at the heap's top kept up to this
+  ))
+
+
+def _initialize_distributed() -> None:
+  """Joins this process to the others of its run under ``jax.distributed`` when it is
+  one of several: ``$RNNJAX_COORDINATOR`` (host:port of process 0),
+  ``$RNNJAX_NUM_PROCESSES`` and ``$RNNJAX_PROCESS_ID``, or a Slurm step of several
+  tasks (JAX reads its variables). CPU devices talk through gloo.
+
+  Raises:
+    ValueError: for an incomplete or malformed set of the variables above.
+  """
+  given = {name: os.environ.get(name, '') for name in DISTRIBUTED_VARIABLES}
+  slurm_tasks = os.environ.get('SLURM_STEP_NUM_TASKS', '1')
+  if not any(given.values()) and not (slurm_tasks.isdigit() and int(slurm_tasks) > 1):
+    return
+  jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+  if not any(given.values()):
+    jax.distributed.initialize()  # JAX's Slurm cluster detection
+    return
+  count, index = given['RNNJAX_NUM_PROCESSES'], given['RNNJAX_PROCESS_ID']
+  if not (given['RNNJAX_COORDINATOR'] and count.isdigit() and index.isdigit() and
+          int(index) < int(count)):
+    raise ValueError(f'{", ".join(DISTRIBUTED_VARIABLES)}: expected host:port, a number of '
+                     f'processes and an index below it, got {given}')
+  jax.distributed.initialize(given['RNNJAX_COORDINATOR'], int(count), int(index))
+
+
+def setup_process(signals=(signal.SIGTERM, signal.SIGUSR2, signal.SIGINT)) -> list:
+  """What a process that runs jobs does once, before the first: hides JAX's search for
+  a TPU and orbax's chatter, keeps freed memory (``keep_freed_memory``), turns on
+  JAX's persistent compilation cache in ``$RNNJAX_COMPILATION_CACHE`` (default
+  ``~/.cache/rnnjax/xla``; empty: off), joins ``jax.distributed`` where it is one of
+  several processes, and makes ``signals`` requests to stop.
+
+  Returns:
+    the list of the signals received since (empty: go on); a job's runs stop
+    at their next step and checkpoint when it is not empty. A second SIGINT
+    interrupts at once (KeyboardInterrupt).
+  """
+  python_logging.getLogger('jax._src.xla_bridge').setLevel(python_logging.WARNING)
+  logging.get_absl_handler().addFilter(lambda record: 'orbax' not in record.pathname)
+  default_hook = sys.unraisablehook
+
+  def hook(unraisable):  # tensorstore writes finishing after a failed checkpoint's loop closed
+    if not (isinstance(unraisable.exc_value, RuntimeError)
+            and str(unraisable.exc_value) == 'Event loop is closed'):
+      default_hook(unraisable)
+  sys.unraisablehook = hook
+  keep_freed_memory()
+  cache = os.environ.get(COMPILATION_CACHE_VARIABLE,
+                         str(pathlib.Path.home() / '.cache' / 'rnnjax' / 'xla'))
+  if cache:
+    jax.config.update('jax_compilation_cache_dir', cache)
+    jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
+    jax.config.update('jax_persistent_cache_min_entry_size_bytes', 0)
+  received = []
+
+  def request_stop(signum, frame):
+    del frame
+    received.append(signum)
+    if signum == signal.SIGINT:
+      signal.signal(signal.SIGINT, signal.default_int_handler)
+  for signum in signals:
+    signal.signal(signum, request_stop)
+  _initialize_distributed()
+  return received
+
+
+def failure(error: BaseException) -> tuple[str, str] | None:
+  """The exit kind and one-line reason of an error a job ends with, or None for an
+  error that is a bug (let it show its traceback).
+
+  A full disk (ENOSPC, EDQUOT) says to free space and run again; too many open
+  files (EMFILE, ENFILE) to raise ``ulimit -n``; other OS errors name the
+  errno's own cause. TensorStore's errors (checkpoints) carry their errno in
+  their text ("[os_error_code='28']").
+  """
+  from rnnjax.data import corpora
+  from rnnjax.train import checkpoints
+  text = ' '.join(str(error).split()) or type(error).__name__
+  number = getattr(error, 'errno', None) if isinstance(error, OSError) else None
+  found = re.search(r"(?:OS error |\[Errno |os_error_code=')(\d+)", text)
+  if number is None and found:
+    number = int(found.group(1))
+  if number in (errno.ENOSPC, errno.EDQUOT):
+    return 'full_disk', (f'{text}; the disk is full; free some space and run the same command '
+                         'again to resume from the last checkpoint')
+  if number in (errno.EMFILE, errno.ENFILE):
+    return 'error', f'{text}; too many open files: raise the limit (ulimit -n) and run again'
+  if isinstance(error, jax.errors.JaxRuntimeError):
+    if 'RESOURCE_EXHAUSTED' in text or 'Out of memory' in text:
+      return 'out_of_memory', (f'out of memory: {str(error).splitlines()[0]}; expected a smaller '
+                               'model or batch (--config.hidden_size, --config.batch_size), or '
+                               'in a sweep smaller groups (--max_group_size)')
+    return None
+  if isinstance(error, trainer.Interrupted):
+    return 'interrupted', f'interrupted: {text}; run the same command again to resume'
+  if isinstance(error, (ValueError, OSError, run_folder.FolderInUse, corpora.CorpusError,
+                        checkpoints.CheckpointError)):
+    return 'error', text
+  return None
+
+
+class _RunLogs(python_logging.Handler):
+  """Appends the log records of a job to its runs' log.txt, in the folders that exist (a
+  run's folder is made by the harness once its checks and data have passed)."""
+
+  def __init__(self, folders):
+    super().__init__()
+    self.folders = folders
+    self.setFormatter(python_logging.Formatter('%(asctime)s %(levelname)s %(message)s'))
+
+  def emit(self, record):
+    text = self.format(record) + '\n'
+    for folder in self.folders:
+      if folder.is_dir():
+        with contextlib.suppress(OSError):  # a full disk loses the log, not the run
+          run_folder.append_text(folder / run_folder.LOG, text)
+
+
+def run_job(job: dict, received: list | None = None, on_progress=None,
+            log_to_runs: bool = False) -> dict:
+  """Trains a job's runs through the harness and writes its result file.
+
+  Args:
+    job: as the module docstring.
+    received: ``setup_process``'s list of signals (stops the runs when not empty).
+    on_progress: ``on_progress(step)`` after every training step.
+    log_to_runs: also append the job's log, and the reason it failed, to its runs'
+      log.txt (a sweep's workers and Slurm tasks).
+
+  Returns:
+    the result: ``{"id", "exit", "runs": [{"folder", "status", "reason"}]}``.
+  """
+  folders = [pathlib.Path(run['folder']) for run in job['runs']]
+  handler = _RunLogs(folders) if log_to_runs else None
+  if handler is not None:
+    python_logging.getLogger().addHandler(handler)
+    slurm = os.environ.get('SLURM_JOB_ID')
+    logging.info('=== job %s: %d run(s) in process %d%s', job.get('id', ''), len(folders),
+                 os.getpid(), f' (Slurm job {slurm})' if slurm else '')
+  exit_kind, reason, summaries = 'ok', '', [None] * len(folders)
+  try:
+    experiment = experiments.load(job['experiment'])
+    configs = [experiments.from_dict(experiment, run['config']) for run in job['runs']]
+    received = received if received is not None else []
+    summaries = harness.run_group(experiment, configs, folders, job.get('overwrite', 'none'),
+                                  lambda: bool(received), job.get('provenance'),
+                                  on_progress=on_progress)
+  except Exception as error:  # noqa: BLE001 -- mapped to a result, or raised again
+    outcome = failure(error)
+    if outcome is None:
+      raise
+    exit_kind, reason = outcome
+    if handler is not None:
+      logging.warning('%s', reason)
+  finally:
+    if handler is not None:
+      python_logging.getLogger().removeHandler(handler)
+  runs = []
+  for folder, summary in zip(folders, summaries):
+    status = (summary or {}).get('status') if exit_kind == 'ok' else (
+        'interrupted' if exit_kind == 'interrupted' else 'failed')
+    runs.append({'folder': str(folder), 'status': status or 'failed', 'reason': reason})
+  result = {'id': job.get('id', ''), 'exit': exit_kind, 'runs': runs}
+  if job.get('result'):
+    with contextlib.suppress(OSError):  # a full disk: the launcher names the exit itself
+      run_folder.write_json(pathlib.Path(job['result']), result)
+  return result
+
+
+def serve(jobs, events) -> int:
+  """The worker's loop (module docstring) over ``jobs`` (lines) writing to ``events``
+  (a binary file); returns the exit status."""
+  received = setup_process()
+  last = [0.0]
+
+  def emit(record: dict) -> None:
+    events.write((json.dumps(record) + '\n').encode())
+    events.flush()
+
+  for line in jobs:
+    if received:
+      return 128 + received[0]
+    if not line.strip():
+      continue
+    job = json.loads(line)
+    emit({'job': job['id'], 'event': 'taken'})
+
+    def progress(step, job_id=job['id']):
+      now = time.monotonic()
+      if now - last[0] >= 1.0:
+        last[0] = now
+        emit({'job': job_id, 'event': 'step', 'step': int(step)})
+    result = run_job(job, received, progress, log_to_runs=True)
+    emit({'job': job['id'], 'event': 'ended'})
+    jax.clear_caches()
+    if result['exit'] == 'full_disk':
+      os._exit(1)  # not sys.exit: exit hooks of TensorBoard and orbax would write to it
+    if received:
+      return 128 + received[0]
+  return 0
+
+
+def main() -> None:
+  events = os.fdopen(os.dup(sys.stdout.fileno()), 'wb')
+  os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # prints go to stderr, not the events
+  logging.set_verbosity(logging.INFO)
+  logging.use_absl_handler()
+  sys.exit(serve(sys.stdin, events))
+
+
+if __name__ == '__main__':
+  main()

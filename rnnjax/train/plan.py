@@ -1,0 +1,188 @@
+"""What each run of a sweep or a group will do, decided once, before any folder is touched.
+
+``plan`` reads each run's folder and config and says, for every run, one of
+
+  new       nothing of a run there: train from step 0
+  resume    a run of this config that did not end: train on from its checkpoint
+  ended     a run of this config that finished or diverged: nothing to do
+  changed   a run of another config (or ``overwrite='all'``): its job clears the
+            folder, once its checks and data have passed, and trains from step 0
+  refused   a config that fails its checks, or a folder that cannot hold the run
+            (a file in the way, links, files of no run, a damaged config.json, or
+            another config where ``overwrite='none'``): nothing is done, the reason
+            is one line
+
+The launcher plans a sweep with it, and the harness plans its group with it
+again (the same inputs give the same plan); nothing else decides. ``folder_names``
+makes a sweep's run folders (children of its workdir, whatever the swept values)
+and ``jobs`` cuts the runs to train into vmapped groups.
+"""
+
+import hashlib
+import pathlib
+import re
+from typing import NamedTuple, Sequence
+
+import ml_collections
+
+from rnnjax.train import checkpoints
+from rnnjax.train import experiment as experiments
+from rnnjax.train import folder as run_folder
+
+__all__ = ['RunPlan', 'ACTIONS', 'OVERWRITE', 'plan', 'differing_keys', 'folder_names', 'jobs']
+
+ACTIONS = ('new', 'resume', 'ended', 'changed', 'refused')
+OVERWRITE = ('none', 'changed', 'all')
+
+
+class RunPlan(NamedTuple):
+  """What one run will do."""
+  folder: pathlib.Path
+  config: ml_collections.ConfigDict
+  action: str  # one of ACTIONS
+  reason: str = ''  # one line: why refused, what changed
+  step: int = 0  # the checkpoint step a resumed run starts from
+
+
+def _flatten(record, prefix=''):
+  if isinstance(record, dict):
+    flat = {}
+    for key, value in record.items():
+      flat.update(_flatten(value, f'{prefix}{key}.'))
+    return flat
+  return {prefix[:-1]: record}
+
+
+def differing_keys(old: dict, new: dict) -> str:
+  """The dotted keys whose values differ between two configs, as 'key (old -> new), ...'."""
+  old, new = _flatten(old), _flatten(new)
+  keys = sorted(k for k in old.keys() | new.keys() if old.get(k, ...) != new.get(k, ...))
+  shown = ', '.join(f'{k} ({old.get(k, "absent")!r} -> {new.get(k, "absent")!r})'
+                    for k in keys[:8])
+  return shown + (' ...' if len(keys) > 8 else '')
+
+
+def _plan_one(experiment, config, folder: pathlib.Path, overwrite: str) -> RunPlan:
+  refused = lambda reason: RunPlan(folder, config, 'refused', reason)
+  try:
+    experiments.check(experiment, config)
+    run_folder.check_path(folder)
+    if folder.is_symlink():
+      raise ValueError(f'{folder} is a symbolic link; a run folder is a folder of its own')
+    run_folder.check_links(folder)
+  except ValueError as error:
+    return refused(str(error))
+  wanted = experiments.as_dict(config)
+  saved = run_folder.read_json(folder / run_folder.CONFIG)
+  if saved is None and folder.is_dir():
+    entries = [entry.name for entry in folder.iterdir()]
+    foreign = sorted(name for name in entries if name not in run_folder.RUN_FILES
+                     and not (name.startswith('.') and name.endswith('.part')))
+    if foreign:  # a sweep's folder, a checkout, somebody's notes: never cleared
+      return refused(f'workdir: {folder} holds {", ".join(foreign[:4])}{" ..." if len(foreign) > 4 else ""}'
+                     f' and no {run_folder.CONFIG}: not a run folder, so nothing in it is '
+                     'cleared; give a new or empty folder')
+    leftovers = [name for name in (run_folder.METRICS, run_folder.SUMMARY,
+                                   run_folder.CHECKPOINTS, run_folder.TENSORBOARD)
+                 if name in entries]
+    if leftovers and overwrite != 'all':
+      return refused(f'{folder} holds {", ".join(leftovers)} but no readable '
+                     f'{run_folder.CONFIG}; pass --overwrite to clear it')
+    if leftovers:
+      return RunPlan(folder, config, 'changed', 'overwrite')
+  if saved is None:
+    return RunPlan(folder, config, 'new')
+  if saved != wanted:
+    change = differing_keys(saved, wanted)
+    if overwrite == 'none':
+      return refused(f'{folder} holds a run of another config: {change}; pass --overwrite to '
+                     'replace it')
+    return RunPlan(folder, config, 'changed', change)
+  if overwrite == 'all':
+    return RunPlan(folder, config, 'changed', 'overwrite')
+  summary = run_folder.read_json(folder / run_folder.SUMMARY)
+  if summary is not None and summary.get('status') in run_folder.ENDED:
+    return RunPlan(folder, config, 'ended', summary['status'])
+  steps = checkpoints.saved_steps(folder)
+  return RunPlan(folder, config, 'resume', step=steps[-1] if steps else 0)
+
+
+def plan(experiment: experiments.Experiment, configs: Sequence[ml_collections.ConfigDict],
+         folders: Sequence[pathlib.Path], overwrite: str = 'none') -> list[RunPlan]:
+  """What each run will do (the module docstring), read-only.
+
+  Args:
+    experiment: the experiment of every config.
+    configs: R configs.
+    folders: R run folders (a folder named twice refuses both runs).
+    overwrite: 'none' (a folder of another config is refused), 'changed' (it
+      is cleared and trained again: a sweep's runs) or 'all' (every run is
+      cleared and trained again).
+
+  Returns:
+    R ``RunPlan``s, in the order of ``configs``.
+
+  Raises:
+    ValueError: for an ``overwrite`` not in OVERWRITE.
+  """
+  if overwrite not in OVERWRITE:
+    raise ValueError(f'overwrite: expected one of {OVERWRITE}, got {overwrite!r}')
+  folders = [pathlib.Path(f) for f in folders]
+  plans = []
+  for config, folder in zip(configs, folders):
+    if folders.count(folder) > 1:
+      plans.append(RunPlan(folder, config, 'refused', f'{folder} is the folder of several runs'))
+    else:
+      plans.append(_plan_one(experiment, config, folder, overwrite))
+  return plans
+
+
+_PLAIN = re.compile(r'[A-Za-z0-9_][A-Za-z0-9_.,=+-]*')
+
+
+def folder_names(sweep: Sequence[dict], keys: Sequence[str]) -> list[str]:
+  """Each run's folder name in its sweep's workdir: ``key=value,...`` of its swept values
+  when that is a plain file name (letters, digits and ``_.,=+-``, at most 200 bytes),
+  else ``run-`` and a hash of it, so that every run folder is a child of the workdir
+  whatever the values (a value ``../../x`` names no other folder)."""
+  names = []
+  for overrides in sweep:
+    name = ','.join(f'{k}={overrides[k]}' for k in keys) or 'run'
+    if not (_PLAIN.fullmatch(name) and len(name.encode()) <= 200 and '..' not in name):
+      name = 'run-' + hashlib.sha256(name.encode()).hexdigest()[:16]
+    names.append(name)
+  return names
+
+
+def jobs(experiment: experiments.Experiment, plans: Sequence[RunPlan], max_group_size: int = 0,
+         parts: int = 1) -> list[list[int]]:
+  """The runs to train (new, resume, changed), cut into jobs: lists of indices into
+  ``plans``, in the order they start.
+
+  The runs that share a group key and their checkpoint's step are cut into the
+  fewest jobs of at most ``max_group_size`` runs, or with 0 into ``parts`` jobs
+  (fewer where they are fewer runs), so that ``parts`` processes share the work
+  evenly; a group's job sizes differ by at most one. Order: the most work first,
+  except that the first ``parts`` jobs (those that start together) are different
+  programs where there are enough, so that a program compiled by one process is
+  read from JAX's persistent compilation cache by the next that needs it.
+  """
+  groups = {}
+  for i, run in enumerate(plans):
+    if run.action in ('new', 'resume', 'changed'):
+      key = (experiments.group_key(experiment, run.config), run.step)
+      groups.setdefault(key if max_group_size != 1 else i, []).append(i)
+  cut = []  # (program, runs)
+  for key, members in groups.items():
+    count = -(-len(members) // max_group_size) if max_group_size else min(parts, len(members))
+    edges = [len(members) * part // count for part in range(count + 1)]
+    cut += [((key[0] if max_group_size != 1 else key, end - start), members[start:end])
+            for start, end in zip(edges, edges[1:])]
+  cut.sort(key=lambda job: -sum(experiment.work(plans[i].config) * plans[i].config.steps
+                                for i in job[1]))
+  first, programs = [], set()
+  for n, (program, _) in enumerate(cut):
+    if len(first) < parts and program not in programs:
+      first.append(n)
+      programs.add(program)
+  return [cut[n][1] for n in first + [n for n in range(len(cut)) if n not in first]]

@@ -1,0 +1,246 @@
+"""A sweep: every run of a config's ``get_sweep()``, planned, trained in jobs, tabulated.
+
+Each run gets the folder ``<workdir>/<swept values>`` (``plan.folder_names``;
+``runs.json`` maps folder names to swept values). The runs are planned once
+(``plan.plan``, overwrite 'changed', or 'all' with ``overwrite``): a run that
+ended with the same config is kept, one whose config changed trains again from
+the start, one that did not end resumes, one that fails its checks is failed
+before anything runs. Runs that differ only in values that change no program
+train together as one vmapped group, cut into jobs for the executor. One
+launcher per sweep folder (``<workdir>/.lock``). At the end the sweep writes
+``results.md`` and ``results.csv`` (``report.write``), prints the table, and
+names each failed run's reason.
+"""
+
+import datetime
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+
+import tqdm
+
+from rnnjax.train import executors
+from rnnjax.train import experiment as experiments
+from rnnjax.train import folder as run_folder
+from rnnjax.train import plan as planning
+from rnnjax.train import report
+
+__all__ = ['SweepError', 'swept_keys', 'run_configs', 'provenance', 'sweep']
+
+
+class SweepError(ValueError):
+  """A sweep that cannot start: one line for the user."""
+
+
+def swept_keys(sweep: list[dict]) -> list[str]:
+  """Keys whose value differs between runs, in first-seen order."""
+  keys = list(dict.fromkeys(k for overrides in sweep for k in overrides))
+  return [k for k in keys if len({repr(o.get(k)) for o in sweep}) > 1]
+
+
+def run_configs(base, sweep: list[dict], command_line: dict, config_path: str = 'the config'):
+  """The config of every run: ``base`` (with the command line's fields set) and the run's
+  overrides, but for the fields the command line sets, which replace the values
+  ``get_sweep()`` gives every run alike.
+
+  Raises:
+    SweepError: for a command-line field that ``get_sweep()`` varies (or one inside
+      or around it), or a run that sets a field the config lacks.
+  """
+  for given in command_line:
+    for swept in swept_keys(sweep):
+      if given == swept or given.startswith(f'{swept}.') or swept.startswith(f'{given}.'):
+        raise SweepError(f'--config.{given}: get_sweep() in {config_path} sweeps {swept} (its '
+                         'runs differ in it); change its values in get_sweep() instead')
+  configs = []
+  for i, overrides in enumerate(sweep):
+    try:
+      configs.append(experiments.override(
+          base, {k: v for k, v in overrides.items() if k not in command_line}))
+    except ValueError as error:
+      raise SweepError(f'get_sweep: run {i}: {error}') from None
+  return configs
+
+
+def provenance() -> dict:
+  """Where and when runs are measured: the git commit of the working directory (with
+  '+changes' when it has uncommitted changes), the date and the host."""
+  try:
+    commit = subprocess.run(['git', 'rev-parse', '--short=12', 'HEAD'], text=True,
+                            capture_output=True, check=True).stdout.strip()
+    changed = subprocess.run(['git', 'status', '--porcelain', '--untracked-files=no'], text=True,
+                             capture_output=True, check=True).stdout.strip()
+    commit += '+changes' if changed else ''
+  except (OSError, subprocess.CalledProcessError):
+    commit = 'unknown'
+  return {'commit': commit, 'date': datetime.date.today().isoformat(),
+          'host': socket.gethostname()}
+
+
+def _value(config, name: str):
+  holder, key = experiments.locate(config, name)
+  value = holder[key]
+  return value.to_dict() if hasattr(value, 'to_dict') else value
+
+
+def _print(line: str) -> None:
+  print(line, flush=True)
+
+
+def sweep(experiment: experiments.Experiment, configs: list, overrides: list[dict],
+          workdir: pathlib.Path, command_line: dict | None = None, executor: str = 'local',
+          overwrite: bool = False, max_group_size: int = 0, processes: int = 0,
+          threads_per_run: int = 0, slurm: dict | None = None,
+          stall_seconds: float = 1800.0) -> int:
+  """Plans, trains and tabulates a sweep (the module docstring).
+
+  Args:
+    experiment: the experiment of every config.
+    configs: each run's full config (``run_configs``).
+    overrides: each run's ``get_sweep()`` dict (its swept values name its folder).
+    workdir: the sweep folder.
+    command_line: the fields set for every run, named under the tables' heading.
+    executor: 'local' or 'slurm'.
+    overwrite: clear every run folder and train every run again.
+    max_group_size: most runs a job (0: local: each group cut into ``processes``
+      jobs; slurm: no limit; 1: every run alone).
+    processes, threads_per_run: local: jobs at a time, and cores each (0: one
+      job per core; processes x threads never exceeds the cores).
+    slurm: submitit's parameters (``slurm_partition``, ``timeout_min``, ...).
+    stall_seconds: local: a job that reports no progress for this long is killed
+      (a minute after a warning).
+
+  Returns:
+    the exit status: 0, or 1 when a run failed (each reason printed), 130 when
+    interrupted.
+
+  Raises:
+    SweepError, folder.FolderInUse, OSError: before any run folder is touched.
+  """
+  workdir = pathlib.Path(workdir)
+  run_folder.check_path(workdir)
+  keys = swept_keys(overrides)
+  overrides = [{key: _value(config, key) for key in dict.fromkeys([*values, *keys])}
+               for values, config in zip(overrides, configs)]  # as the configs hold them
+  names = planning.folder_names(overrides, keys)
+  if len(set(names)) < len(names):
+    twice = next(n for n in names if names.count(n) > 1)
+    raise SweepError(f'get_sweep: runs {[i for i, n in enumerate(names) if n == twice]} have '
+                     f'the same swept values ({twice}); give each run its own')
+  plans = planning.plan(experiment, configs, [workdir / name for name in names],
+                        'all' if overwrite else 'changed')
+  reasons = {i: run.reason for i, run in enumerate(plans) if run.action == 'refused'}
+  if len(reasons) == len(plans):  # a bad --config.NAME, say: no folder made for it
+    distinct = set(reasons.values())
+    if len(distinct) > 1:
+      for i, why in reasons.items():
+        print(f'failed: {names[i]}: {why}', file=sys.stderr)
+    raise SweepError('every run of the sweep fails its checks'
+                     + (f': {distinct.pop()}' if len(distinct) == 1 else '')
+                     + f'; {workdir} is left as it was')
+  lock = run_folder.lock(workdir)
+  run_folder.write_json(workdir / 'runs.json', {name: values for name, values in
+                                                zip(names, overrides)})
+  strays = sorted(path.parent.name for path in workdir.glob(f'*/{run_folder.CONFIG}')
+                  if path.parent.name not in names and not path.parent.is_symlink())
+  if strays:
+    _print(f'note: {len(strays)} run folder(s) in {workdir} belong to no run of this sweep and '
+           f'are left as they are: {", ".join(strays)} (a folder is named after its run\'s '
+           'swept values: a changed value, or a key swept anew, names another folder)')
+  changed = [names[i] for i, run in enumerate(plans)
+             if run.action == 'changed' and run.reason != 'overwrite']
+  if changed:
+    _print(f'{len(changed)} run(s) whose config changed will train again from the start: '
+           + ', '.join(changed))
+  cores = len(os.sched_getaffinity(0))
+  threads = threads_per_run or (max(1, cores // processes) if processes else 1)
+  processes = processes or max(1, cores // threads)
+  local = executor == 'local'
+  job_folder = workdir / '.jobs'
+  groups = planning.jobs(experiment, plans, max_group_size, processes if local else 1)
+  where = provenance()
+  jobs = [{'id': str(n), 'experiment': experiment.name, 'overwrite': 'all' if overwrite else
+           'changed', 'result': str((job_folder / f'{n}.result.json').absolute()),
+           'provenance': where,
+           'runs': [{'folder': str(plans[i].folder.absolute()),
+                     'config': experiments.as_dict(plans[i].config)} for i in group]}
+          for n, group in enumerate(groups)]
+  ended = sum(run.action == 'ended' for run in plans)
+  resuming = sum(run.action == 'resume' and run.step > 0 for run in plans)
+  todo = sum(len(group) for group in groups)
+  _print(f'{len(plans)} runs: {ended} ended already, {len(reasons)} failed their checks, '
+         f'{todo} to train' + (f' ({resuming} from their checkpoints)' if resuming else '')
+         + f' in {len(jobs)} job(s)'
+         + (f' on {processes} process(es) x {threads} core(s)' if local else ' on Slurm'))
+  for stale in job_folder.glob('*.json'):  # results of an earlier launch
+    stale.unlink()
+  if local:
+    runner = executors.Local(processes, threads, job_folder, stall_seconds)
+  else:
+    runner = executors.Slurm(workdir, slurm or {})
+  index = {run.folder.absolute(): i for i, run in enumerate(plans)}
+  weights = {job['id']: sum(experiment.work(plans[i].config) for i in group)
+             for job, group in zip(jobs, groups)}
+  done = {job['id']: plans[group[0]].step for job, group in zip(jobs, groups)}
+  total = sum(weights[job['id']] * plans[group[0]].config.steps for job, group in
+              zip(jobs, groups))
+  progress = tqdm.tqdm(total=total, initial=sum(weights[j] * done[j] for j in done),
+                       unit='work', file=sys.stdout,
+                       bar_format='{l_bar}{bar}| {percentage:3.0f}% [{elapsed}<{remaining}]')
+  runner.say = progress.write
+
+  def on_progress(job, step):
+    if step > done[job['id']]:
+      progress.update((step - done[job['id']]) * weights[job['id']])
+      done[job['id']] = step
+
+  def on_end(job, result):
+    for run in result['runs']:
+      i = index[pathlib.Path(run['folder'])]
+      if run['status'] in run_folder.ENDED:
+        progress.write(f'{names[i]}: {run["status"]}')
+      else:
+        reasons[i] = run['reason'] or run['status']
+        progress.write(f'{names[i]}: failed: {reasons[i]}')
+
+  previous = {s: signal.signal(s, _interrupt) for s in (signal.SIGTERM, signal.SIGINT)}
+  try:
+    runner.run(jobs, on_end, on_progress)
+  except KeyboardInterrupt:
+    runner.stop()
+    progress.close()
+    kept = sum((run_folder.read_json(run.folder / run_folder.SUMMARY) or {}).get('status')
+               in run_folder.ENDED for run in plans)
+    _print(f'\ninterrupted: {kept} of {len(plans)} runs have ended and are kept, the others '
+           'keep their last checkpoint; run the same command again to resume')
+    return 130
+  finally:
+    for signum, handler in previous.items():
+      signal.signal(signum, handler)
+  progress.close()
+  runs = []
+  for i, (run, values) in enumerate(zip(plans, overrides)):
+    summary = run_folder.read_json(run.folder / run_folder.SUMMARY)
+    status = 'failed' if i in reasons else (summary or {}).get('status') or 'missing'
+    runs.append((values, summary if status in run_folder.ENDED else None,
+                 run_folder.read_json(run.folder / run_folder.TIMING), status))
+  try:
+    table = report.write(runs, keys, experiment, workdir, command_line)
+  except OSError as error:
+    raise SweepError(f'cannot write the tables to {workdir}: {error}') from None
+  _print(table)
+  _print(f'{len(plans)} runs ({len(reasons)} failed); tables: {workdir / "results.md"}, '
+         'results.csv' + (', results_over_seeds.md' if 'seed' in keys and len(keys) > 1 else ''))
+  os.close(lock)
+  for i, why in sorted(reasons.items()):
+    print(f'failed: {names[i]}: {why}', file=sys.stderr)
+  return 1 if reasons else 0
+
+
+def _interrupt(signum, frame):
+  del signum, frame
+  raise KeyboardInterrupt()

@@ -1,0 +1,247 @@
+"""The sweep and the run harness under faults and odd input: run folders that stay inside
+their sweep, no write through a link, paths that hold any character, stopped workers,
+errors named for their own cause, swept values of any type, one config-file execution."""
+
+import csv
+import json
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from rnnjax.train import plan
+from rnnjax.train import sweep
+
+SWEEP = str(pathlib.Path(sys.executable).parent / 'rnnjax-sweep')
+RUN = str(pathlib.Path(sys.executable).parent / 'rnnjax-run')
+
+EXPERIMENT = '''
+"""A tiny experiment: a linear model of noise; ``label`` changes nothing but the name."""
+import jax
+import jax.numpy as jnp
+from rnnjax.train import experiment
+from rnnjax.train import trainer
+
+
+def task(config):
+  def loss(params, carry, batch, key):
+    x = jax.random.normal(key, (8, 2))
+    return jnp.mean((x @ params['w'] - x[:, :1]) ** 2), carry
+
+  return trainer.Task(init=lambda config, key: {'w': jnp.zeros((2, 1))}, loss=loss,
+                      batch=lambda step: {}, report=lambda config, params: {
+                          'weight': float(params['w'][0, 0])})
+
+
+EXPERIMENT = experiment.Experiment(
+    name=__name__, task=task, fields={'label': experiment.Field('a', None, 'a name'),
+                                      'scale': experiment.Field(1.0, None, 'a number')},
+    report=('weight',), vmappable=('seed', 'label', 'scale'))
+'''
+
+CONFIG = '''
+import os
+import my_experiment
+COUNTER = os.environ.get('CONFIG_COUNTER')
+if COUNTER:  # one line a run of this file, naming the process
+  with open(COUNTER, 'a') as counter:
+    counter.write(f'{os.getpid()}\\n')
+
+
+def get_config():
+  return my_experiment.EXPERIMENT.config(steps=STEPS, learning_rate=0.1, log_every=10,
+                                         checkpoint_every=10)
+
+
+def get_sweep():
+  return [{'label': label} for label in LABELS]
+'''
+
+
+def project(tmp_path, labels, steps=20):
+  folder = tmp_path / 'project'
+  folder.mkdir(exist_ok=True)
+  (folder / 'my_experiment.py').write_text(EXPERIMENT)
+  (folder / 'my_config.py').write_text(CONFIG.replace('STEPS', str(steps)).replace(
+      'LABELS', labels))
+  return folder
+
+
+def run_sweep(folder, workdir, *flags, **kwargs):
+  return subprocess.run([SWEEP, '--config=my_config.py', f'--workdir={workdir}', *flags],
+                        cwd=folder, capture_output=True, text=True, timeout=900, **kwargs)
+
+
+def test_swept_paths_and_long_names_stay_inside_the_sweep(tmp_path):
+  victim = tmp_path / 'victim'
+  victim.mkdir()
+  (victim / 'log.txt').write_text('somebody else\'s run\n')
+  folder = project(tmp_path, repr(['../../victim', 'plain', 'x' * 300]))
+  for _ in range(2):  # the second launch: every run ended, nothing cleared
+    result = run_sweep(folder, tmp_path / 'sweep' / 'in')
+    assert result.returncode == 0, result.stderr[-2000:]
+  assert (victim / 'log.txt').read_text() == 'somebody else\'s run\n'
+  assert sorted(victim.iterdir()) == [victim / 'log.txt']
+  workdir = tmp_path / 'sweep' / 'in'
+  index = json.loads((workdir / 'runs.json').read_text())
+  assert sorted(index.values(), key=str) == sorted(
+      [{'label': '../../victim'}, {'label': 'plain'}, {'label': 'x' * 300}], key=str)
+  for name in index:
+    assert (workdir / name / 'summary.json').exists() and '/' not in name and len(name) < 255
+  assert 'label=plain' in index
+  assert [row['label'] for row in csv.DictReader(open(workdir / 'results.csv'))] == [
+      '../../victim', 'plain', 'x' * 300]
+
+
+def test_folder_names_are_plain_or_hashed():
+  names = plan.folder_names([{'a': 'x/y'}, {'a': '..'}, {'a': 'ok'}, {'a': 1e-05}], ['a'])
+  assert names[2:] == ['a=ok', 'a=1e-05']
+  assert all(re.fullmatch(r'run-[0-9a-f]{16}', name) for name in names[:2])
+  assert len(set(names)) == 4
+
+
+def test_no_file_is_written_through_a_link(tmp_path):
+  folder = project(tmp_path, "['plain', 'other']")
+  target = tmp_path / 'target'
+  target.write_text('keep me\n')
+  run = tmp_path / 'sweep' / 'label=plain'
+  run.mkdir(parents=True)
+  (run / '.lock').symlink_to(target)
+  result = run_sweep(folder, tmp_path / 'sweep')
+  assert result.returncode == 1
+  assert f'failed: label=plain: {run}: .lock is a symbolic link' in result.stderr
+  assert target.read_text() == 'keep me\n'
+
+
+def test_a_workdir_with_a_newline_in_its_name_sweeps(tmp_path):
+  folder = project(tmp_path, "['one', 'two']")
+  workdir = tmp_path / 'a\nb'
+  result = run_sweep(folder, workdir)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert [row['status'] for row in csv.DictReader(open(workdir / 'results.csv'))] == [
+      'finished', 'finished']
+
+
+def test_the_config_file_runs_once_in_the_launcher_and_never_in_a_worker(tmp_path):
+  folder = project(tmp_path, "['one', 'two', 'three', 'four']")
+  counter = tmp_path / 'counter'
+  result = run_sweep(folder, tmp_path / 'sweep', '--max_group_size=1',
+                     env=dict(os.environ, CONFIG_COUNTER=str(counter)))
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert len(counter.read_text().split()) == 1  # the launcher's one execution: workers get
+  # each run's whole config in their job
+
+
+@pytest.mark.parametrize('values, message', [
+    ('[np.int64(3), np.float32(0.5)]', None),
+    ('[decimal.Decimal("1.5"), 2.0]', "get_sweep: run 0: config.scale: expected a bool, int, "
+                                      "float, str, tuple or dict, got Decimal('1.5') (a "
+                                      'Decimal)'),
+    ('["big", 2.0]', "get_sweep: run 0: config.scale: expected a float (the type of its default "
+                     "1.0), got 'big'"),
+])
+def test_swept_values_of_numpy_types_are_plain_and_others_named(tmp_path, values, message):
+  folder = project(tmp_path, '[]')
+  config = folder / 'my_config.py'
+  config.write_text('import decimal\nimport numpy as np\n' + config.read_text().replace(
+      "[{'label': label} for label in []]", f"[{{'scale': scale}} for scale in {values}]"))
+  result = run_sweep(folder, tmp_path / 'sweep')
+  if message is None:
+    assert result.returncode == 0, result.stderr[-2000:]
+    scales = sorted(json.loads(path.read_text())['scale']
+                    for path in (tmp_path / 'sweep').glob('*/config.json'))
+    assert scales == [0.5, 3.0]
+  else:
+    assert result.returncode == 1 and result.stderr == f'error: {message}\n'
+
+
+def test_numpy_values_become_python_values():
+  from rnnjax.train import experiment
+  import ml_collections
+  config = ml_collections.ConfigDict({'a': 1, 'b': (1, 2), 'c': 0.5})
+  config = experiment.override(config, {'a': np.int64(3), 'b': np.array([4, 5]),
+                                        'c': np.float32(0.25)})
+  assert (config.a, config.b, config.c) == (3, (4, 5), 0.25)
+  assert type(config.a) is int and type(config.c) is float
+
+
+def worker_pid(folder):
+  found = re.findall(r'rnnjax\.train\.job \(pid (\d+)\)', (folder / 'log.txt').read_text())
+  return int(found[-1])
+
+
+def test_a_stopped_worker_is_named_and_killed_and_the_others_finish(tmp_path):
+  folder = project(tmp_path, "['one', 'two']", steps=300_000)
+  workdir = tmp_path / 'sweep'
+  launcher = subprocess.Popen([SWEEP, '--config=my_config.py', f'--workdir={workdir}',
+                               '--max_group_size=1', '--processes=1', '--stall_minutes=0.1',
+                               '--config.steps=4000'], cwd=folder, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+  first = workdir / 'label=one'
+  deadline = time.time() + 300
+  while time.time() < deadline and not (first / 'metrics.jsonl').exists():
+    time.sleep(0.1)
+  pid = worker_pid(first)
+  os.kill(pid, signal.SIGSTOP)
+  output, errors = launcher.communicate(timeout=300)
+  assert launcher.returncode == 1
+  assert re.search(rf'warning: job \d+ \(1 run\(s\), first {first}\): its process \(pid {pid}\) '
+                   r'has sent nothing for \d+ s; killing it in \d+ s', output + errors)
+  assert re.search(rf'failed: label=one: its process \(pid {pid}\) made no progress for \d+ s '
+                   'and was killed', errors)
+  assert json.loads((workdir / 'label=two' / 'summary.json').read_text())['status'] == 'finished'
+
+
+def test_a_launcher_ends_on_sigterm_with_a_stopped_worker(tmp_path):
+  folder = project(tmp_path, "['one']", steps=10_000_000)
+  workdir = tmp_path / 'sweep'
+  launcher = subprocess.Popen([SWEEP, '--config=my_config.py', f'--workdir={workdir}'],
+                              cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+  run = workdir / 'run'  # one run: nothing swept
+  deadline = time.time() + 300
+  while time.time() < deadline and not (run / 'metrics.jsonl').exists():
+    time.sleep(0.1)
+  os.kill(worker_pid(run), signal.SIGSTOP)
+  started = time.time()
+  launcher.send_signal(signal.SIGTERM)
+  output, _ = launcher.communicate(timeout=120)
+  assert launcher.returncode == 130 and time.time() - started < 90
+  assert 'interrupted: 0 of 1 runs have ended' in output
+
+
+def test_errors_are_named_for_their_own_cause(tmp_path):
+  """Too many open files is named as that, a full disk as that: each errno its own line
+  (``job.failure``), from the OS and from TensorStore's text alike. The EMFILE is real:
+  files opened until the limit refuses."""
+  import errno
+  import resource
+  from rnnjax.train import job
+  soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+  resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
+  handles = []
+  try:
+    with pytest.raises(OSError) as raised:
+      while True:
+        handles.append(open(tmp_path / f'f{len(handles)}', 'w'))
+  finally:
+    for handle in handles:
+      handle.close()
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+  assert raised.value.errno == errno.EMFILE
+  kind, line = job.failure(raised.value)
+  assert kind == 'error' and 'raise the limit (ulimit -n)' in line and 'free' not in line
+  tensorstore = ValueError('RESOURCE_EXHAUSTED: Failed writing: "x": No space left on device '
+                           "[os_error_code='28']")
+  kind, line = job.failure(tensorstore)
+  assert kind == 'full_disk' and line.endswith('free some space and run the same command again '
+                                               'to resume from the last checkpoint')
+  kind, line = job.failure(ValueError("RESOURCE_EXHAUSTED: open failed [os_error_code='24']"))
+  assert kind == 'error' and 'ulimit -n' in line
+  assert job.failure(KeyError('a bug')) is None  # a bug keeps its traceback
