@@ -115,13 +115,26 @@ def task(config) -> trainer.Task:
               for i in range(size // chunk)]
     return float(sum(float(e) for e in jax.device_get(errors))) / size
 
+  def trained_lengths(run_config) -> tuple[int, int]:
+    if run_config.mode == 'fixed':
+      return run_config.length, run_config.length
+    return run_config.min_length, run_config.max_length
+
+  def solved(run_config, params) -> bool:
+    """Whether the run succeeded: its error on the test sequences (the report's) is
+    below success_threshold; a screen of their first chunk comes first, and the whole
+    test only where the screen's error is below twice the threshold."""
+    key = jax.random.fold_in(jax.random.key(run_config.seed), TEST_KEY_FOLD)
+    chunk, lengths = run_config.test_chunk, trained_lengths(run_config)
+    if test_error(params, key, chunk, chunk, *lengths) >= 2 * run_config.success_threshold:
+      return False
+    return test_error(params, key, run_config.test_size, chunk, *lengths) < (
+        run_config.success_threshold)
+
   def report(run_config, params) -> dict:
     key = jax.random.fold_in(jax.random.key(run_config.seed), TEST_KEY_FOLD)
     size, chunk = run_config.test_size, run_config.test_chunk
-    if run_config.mode == 'fixed':
-      error = test_error(params, key, size, chunk, run_config.length, run_config.length)
-    else:
-      error = test_error(params, key, size, chunk, run_config.min_length, run_config.max_length)
+    error = test_error(params, key, size, chunk, *trained_lengths(run_config))
     summary = {'test_error': error,
                'success': bool(math.isfinite(error) and error < run_config.success_threshold)}
     if run_config.test_lengths:
@@ -131,7 +144,8 @@ def task(config) -> trainer.Task:
     return summary
 
   return trainer.Task(init=init, loss=loss, batch=lambda step: {}, probe=probe,
-                      recurrent_weight=lambda params: params['cell']['W_hh'], report=report)
+                      recurrent_weight=lambda params: params['cell']['W_hh'], report=report,
+                      solved=solved, solved_every=config.solved_every)
 
 
 def check(config) -> None:
@@ -184,8 +198,12 @@ EXPERIMENT = experiment.Experiment(
                               'also test at these lengths (the generalization test)'),
         'success_threshold': Field(0.01, Check('an error rate in (0, 1]', _error_rate),
                                    'test error rate below which a run succeeded'),
+        'solved_every': Field(0, experiment.integer(0),
+                              'steps between success checks; a run that succeeded stops, '
+                              'as the reference code (0: never checked)'),
     },
-    report=('test_error', 'success', 'final_train_loss', 'clipped_fraction', 'max_grad_norm',
-            'final_spectral_radius'),
+    report=('test_error', 'success', 'solved_step', 'steps_done', 'final_train_loss',
+            'clipped_fraction', 'max_grad_norm', 'final_spectral_radius'),
     vmappable=('seed', 'init'),  # both inits are tanh networks of the same shapes
-    plots=(('heatmap', 'success', 'length', ('init',)), ('profile', 'method')))
+    plots=(('heatmap', 'success', 'length', ('init',)), ('profile', 'method'),
+           ('rate', 'solved_step', (10_000, 25_000, 50_000, 100_000, 200_000), 'length')))

@@ -373,3 +373,19 @@ def test_diagnostics_program_has_no_host_callback_and_host_radii_are_the_spectra
   np.testing.assert_allclose(trainer.host_spectral_radii(weights), [0.5, 1.5], rtol=1e-5)
   assert np.isnan(trainer.host_spectral_radii(np.array([np.inf, 0.0]) * np.ones((2, 1, 1)))[0])
   np.testing.assert_array_equal(trainer.host_spectral_radii(np.full(2, np.nan)), [np.nan] * 2)
+
+
+def test_a_solved_run_stops_and_the_others_go_on(tmp_path):
+  """``Task.solved``, checked every ``solved_every`` steps on each run's params, stops that
+  run (the reference code of Pascanu et al. stops at success); the others train on."""
+  task = linear_task([1.0, 0.0])._replace(
+      solved=lambda config, params: float(params['w'][0]) <= config.threshold, solved_every=5)
+  runs = [config(steps=40, log_every=5, clipping='none', learning_rate=0.1, threshold=-1.0),
+          config(steps=40, log_every=5, clipping='none', learning_rate=0.1, threshold=-100.0)]
+  params, run_records, lines = train(task, runs, tmp_path)
+  assert run_records[0]['solved_step'] == 10 and run_records[0]['steps_done'] == 10
+  assert run_records[1]['solved_step'] is None and run_records[1]['steps_done'] == 40
+  assert [r['status'] for r in run_records] == ['finished', 'finished']
+  np.testing.assert_allclose(params[0]['w'], [-1.0, 0.0], rtol=1e-6)
+  assert [line['step'] for line in lines[0]] == [1, 5, 10]
+  assert [line['step'] for line in lines[1]][-1] == 40

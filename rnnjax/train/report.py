@@ -8,7 +8,9 @@ measured one) and the seconds its group took. When the seed is swept,
 runs, how many diverged or failed, the rate of each yes/no field (e.g.
 success) and the median of each number over the runs where it is finite.
 Each Markdown table opens with the commit and date its runs were measured at.
-Plots follow the experiment's ``plots``: ``('profile', key)`` draws the
+Plots follow the experiment's ``plots``: ``('rate', field, budgets, panel_key)`` adds to
+the seed table the fraction of runs whose field is at most each budget and plots it;
+``('profile', key)`` draws the
 profiles, one curve per value of ``key``; ``('heatmap', value, x, panels)``
 draws the seed-averaged ``value`` with ``x`` across and the other settings
 down, one picture per combination of the ``panels`` keys.
@@ -56,8 +58,10 @@ def table_rows(runs, keys, reported) -> list[dict]:
   return rows
 
 
-def over_seeds(rows, keys, reported) -> list[dict]:
-  """Rows aggregated over the seed: one per combination of the other swept keys."""
+def over_seeds(rows, keys, reported, budgets=()) -> list[dict]:
+  """Rows aggregated over the seed: one per combination of the other swept keys; for each
+  ``(field, budget)`` of ``budgets`` the fraction of runs whose ``field`` (e.g. the step a
+  run was solved at) is at most the budget."""
   settings = [k for k in keys if k != 'seed']
   groups = {}
   for row in rows:
@@ -75,6 +79,10 @@ def over_seeds(rows, keys, reported) -> list[dict]:
       else:
         finite = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
         out[f'{name} median'] = statistics.median(finite) if finite else math.nan
+    for name, budget in budgets:
+      reached = [m[name] for m in members if isinstance(m[name], (int, float))
+                 and math.isfinite(m[name]) and m[name] <= budget]
+      out[f'{name} <= {budget}'] = len(reached) / len(members)
     aggregated.append(out)
   return aggregated
 
@@ -219,6 +227,31 @@ def plot_heatmaps(rows, keys, value: str, x: str, panels, folder: pathlib.Path) 
   return paths
 
 
+def plot_rates(aggregated, keys, name: str, budgets, panel_key: str, folder: pathlib.Path):
+  """The fraction of runs whose ``name`` is at most each budget, against the budget: one
+  curve per setting, one panel per value of ``panel_key``; ``rate_<name>.png``."""
+  import matplotlib
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt
+  panels = list(dict.fromkeys(row.get(panel_key) for row in aggregated))
+  figure, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.6), squeeze=False,
+                              sharey=True)
+  for axis, panel in zip(axes[0], panels):
+    for row in aggregated:
+      if row.get(panel_key) == panel:
+        label = ', '.join(str(row[k]) for k in keys if k != panel_key)
+        axis.plot(budgets, [row[f'{name} <= {b}'] for b in budgets], marker='o', label=label)
+    axis.set_xscale('log')
+    axis.set_xlabel(f'{name} at most (budget)')
+    axis.set_title(f'{panel_key}={panel}', fontsize=9)
+    axis.grid(True, which='both', alpha=0.3)
+    axis.legend(fontsize=7)
+  axes[0][0].set_ylabel('fraction of runs')
+  figure.tight_layout()
+  save_figure(figure, folder / f'rate_{name}.png')
+  plt.close(figure)
+
+
 def write(runs, keys, experiment, folder: pathlib.Path, command_line: dict | None = None) -> str:
   """Writes the tables (atomically) and plots of a sweep; returns the per-run table.
 
@@ -239,10 +272,15 @@ def write(runs, keys, experiment, folder: pathlib.Path, command_line: dict | Non
   table = markdown(rows, heading)
   run_folder.write_text(folder / 'results.md', table)
   run_folder.write_text(folder / 'results.csv', csv_text(rows))
+  budgets = [(plot[1], budget) for plot in experiment.plots if plot[0] == 'rate'
+             for budget in plot[2]]
   if 'seed' in keys and len(keys) > 1:
-    aggregated = over_seeds(rows, keys, reported)
+    aggregated = over_seeds(rows, keys, reported, budgets)
     run_folder.write_text(folder / 'results_over_seeds.md', markdown(aggregated, heading))
     run_folder.write_text(folder / 'results_over_seeds.csv', csv_text(aggregated))
+    for plot in experiment.plots:
+      if plot[0] == 'rate':
+        plot_rates(aggregated, [k for k in keys if k != 'seed'], *plot[1:], folder)
   for plot in experiment.plots:
     if plot[0] == 'profile' and plot[1] in keys:
       plot_profiles(rows, keys, plot[1], folder / 'gradient_profile.png')
