@@ -225,6 +225,6 @@ EXPERIMENT = experiment.Experiment(
         'sample_top_k': Field(40, experiment.integer(0)._replace(
             expected='an int >= 0 (0: no top-k)'), '0: no top-k; at most V'),
     },
-    report=('valid_perplexity', 'test_perplexity', 'test_word_perplexity', 'final_train_loss',
-            'final_spectral_radius'),
+    report=('valid_perplexity', 'test_perplexity', 'test_word_perplexity', 'train_loss_nats',
+            'final_measured_spectral_radius'),
     vmappable=('spectral_radius', 'recurrent_init'))

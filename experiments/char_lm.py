@@ -104,7 +104,7 @@ EXPERIMENT = experiment.Experiment(
         'sample_length': Field(300, experiment.integer(0)),
         'sample_temperature': Field(0.8, Check('a value >= 0 (0: greedy)', lambda v: v >= 0)),
     },
-    report=('final_train_bits', 'validation_bits_per_char', 'clipped_fraction', 'max_grad_norm',
-            'final_spectral_radius'),
+    report=('train_loss_bits', 'validation_bits_per_char', 'clipped_fraction', 'max_grad_norm',
+            'final_measured_spectral_radius'),
     vmappable=('seed', 'spectral_radius', 'recurrent_init'),  # the data does not depend on the seed
     plots=(('profile', 'spectral_radius'),))

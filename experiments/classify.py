@@ -141,5 +141,5 @@ EXPERIMENT = experiment.Experiment(
                               'on word embeddings, between layers and on the features'),
         'batch_size': Field(64, experiment.integer(1)),
     },
-    report=('test_accuracy', 'majority_accuracy', 'final_train_loss', 'final_spectral_radius'),
+    report=('test_accuracy', 'majority_accuracy', 'train_loss_nats', 'final_measured_spectral_radius'),
     vmappable=())  # none: the seed sets the batch order, which a group shares

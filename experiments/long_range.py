@@ -141,6 +141,6 @@ EXPERIMENT = experiment.Experiment(
         'success_threshold': Field(0.01, experiment.Check('a value > 0', _positive),
                                    'test error: MSE (adding), error rate (others)'),
     },
-    report=('test_error', 'success', 'final_train_loss', 'clipped_fraction'),
+    report=('test_error', 'success', 'train_loss_nats', 'clipped_fraction'),
     vmappable=('seed', 'recurrent_init', 'spectral_radius'),
     plots=(('heatmap', 'success', 'length', ('clipping', 'clip_threshold')),))

@@ -156,6 +156,6 @@ EXPERIMENT = experiment.Experiment(
         'truncation': Field(50, experiment.integer(1), 'tau, the BPTT window in characters'),
     },
     report=('test_bits_per_char', 'paper_test_bits_per_char', 'validation_bits_per_char',
-            'final_train_bits', 'clipped_fraction', 'max_grad_norm', 'final_spectral_radius'),
+            'train_loss_bits', 'clipped_fraction', 'max_grad_norm', 'final_measured_spectral_radius'),
     vmappable=('seed', 'spectral_radius'),  # the data does not depend on the seed
     plots=(('profile', 'method'),))

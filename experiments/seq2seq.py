@@ -186,5 +186,5 @@ EXPERIMENT = experiment.Experiment(
                                     'sampled decoding is reported beside greedy'),
     },
     report=('exact_match', 'token_accuracy', 'sampled_exact_match', 'exact_match_unseen',
-            'final_train_loss'),
+            'train_loss_nats'),
     vmappable=())  # none: the seed draws the training set, which a group shares

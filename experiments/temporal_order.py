@@ -202,8 +202,8 @@ EXPERIMENT = experiment.Experiment(
                               'steps between success checks; a run that succeeded stops, '
                               'as the reference code (0: never checked)'),
     },
-    report=('test_error', 'success', 'solved_step', 'steps_done', 'final_train_loss',
-            'clipped_fraction', 'max_grad_norm', 'final_spectral_radius'),
+    report=('test_error', 'success', 'solved_step', 'steps_done', 'train_loss_nats',
+            'clipped_fraction', 'max_grad_norm', 'final_measured_spectral_radius'),
     vmappable=('seed', 'init'),  # both inits are tanh networks of the same shapes
     plots=(('heatmap', 'success', 'length', ('init',)), ('profile', 'method'),
            ('rate', 'solved_step', (10_000, 25_000, 50_000, 100_000, 200_000), 'length')))

@@ -143,7 +143,7 @@ def test_training_on_a_separable_task_reaches_high_accuracy():
                 clipping='global_norm')
   params, records, _ = trainer.train(task, [config])
   params, record = params[0], records[0]
-  assert record['steps_done'] == 150 and record['final_train_loss'] < 0.1
+  assert record['steps_done'] == 150 and record['train_loss_nats'] < 0.1
   assert classify.accuracy(params, ids[512:], lengths[512:], labels[512:], 'gru', 'true',
                            batch_size=64) >= 0.95
 
@@ -175,7 +175,7 @@ def test_run_writes_the_summary_and_the_diagnostics(classification_data_dir, tmp
   assert 2 < summary['vocabulary_size'] <= config.max_vocabulary
   lines = records.read_metrics(tmp_path)
   assert [line['step'] for line in lines] == [1, 2, 3]
-  assert all(0 < line['spectral_radius'] < 10 for line in lines)
+  assert all(0 < line['measured_spectral_radius'] < 10 for line in lines)
   assert set(lines[0]['profile']) == {'1', '2', '5', '10'}  # k < T = 16
   assert all(0 < ratio < 10 for ratio in lines[0]['profile'].values())
   # a rerun with a bad value fails before it touches the finished run

@@ -48,7 +48,7 @@ def test_memorises_the_quick_brown_fox(tmp_path):
   assert round(lines[0]['loss'], 3) == 3.332
   assert lines[-1]['step'] == 1000
   assert lines[-1]['loss'] < 0.05
-  assert record['final_train_loss'] == lines[-1]['loss']
+  assert record['train_loss_nats'] == lines[-1]['loss']
   assert record['status'] == 'finished'
 
   prompt = text.encode('t', vocabulary)

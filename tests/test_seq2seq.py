@@ -198,7 +198,7 @@ def test_short_training_run_learns_reversal(tmp_path):
   assert len(losses) == 4  # steps 1, 100, 200, 300
   assert losses[0] > 2.0 and summary['test_loss'] < 0.5  # nats per token; ln 13 = 2.56
   # the encoder's recurrent weight and its gradient-norm profile, at every logged step
-  assert all(0 < line['spectral_radius'] < 10 for line in lines)
+  assert all(0 < line['measured_spectral_radius'] < 10 for line in lines)
   assert set(lines[0]['profile']) == {'1', '2'}  # k < T = 3 digits
   assert all(0 < ratio < 10 for ratio in lines[-1]['profile'].values())
 

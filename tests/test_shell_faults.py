@@ -245,3 +245,33 @@ def test_errors_are_named_for_their_own_cause(tmp_path):
   kind, line = job.failure(ValueError("RESOURCE_EXHAUSTED: open failed [os_error_code='24']"))
   assert kind == 'error' and 'ulimit -n' in line
   assert job.failure(KeyError('a bug')) is None  # a bug keeps its traceback
+
+
+def test_results_csv_joins_each_run_folder(tmp_path):
+  """results.csv has one row per run with its run folder, commit, date, seed and the fields it
+  sets; it joins each run's config.json and metrics.jsonl on the run folder column as they
+  are, with no column renamed; its seconds add up to no more than the sweep's wall time."""
+  import pandas
+  folder = project(tmp_path, "['one', 'two']")
+  started = time.time()
+  result = run_sweep(folder, tmp_path / 'sweep', '--processes=1',
+                     '--config.learning_rate=0.2')
+  wall = time.time() - started
+  assert result.returncode == 0, result.stderr[-2000:]
+  workdir = tmp_path / 'sweep'
+  results = pandas.read_csv(workdir / 'results.csv')
+  assert list(results['run_folder']) == ['label=one', 'label=two']
+  assert {'commit', 'date', 'seed', 'learning_rate', 'seconds', 'weight'} <= set(
+      results.columns)
+  assert not results.isna().all().any()  # no empty column
+  configs = pandas.DataFrame([dict(json.loads((workdir / name / 'config.json').read_text()),
+                                   run_folder=name) for name in results['run_folder']])
+  metrics = pandas.DataFrame([dict(line, run_folder=name) for name in results['run_folder']
+                              for line in map(json.loads, (workdir / name / 'metrics.jsonl')
+                                              .read_text().splitlines())])
+  joined = results.merge(configs, on='run_folder', suffixes=('', '_config')).merge(
+      metrics, on='run_folder', suffixes=('', '_metrics'))
+  assert len(joined) == 2 * 3  # two runs, three metrics lines each (steps 1, 10, 20)
+  assert (joined['learning_rate'] == joined['learning_rate_config']).all()
+  assert 'measured_spectral_radius' in metrics.columns  # not the swept spectral radius
+  assert results['seconds'].sum() <= wall

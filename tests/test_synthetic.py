@@ -83,7 +83,7 @@ def test_vmapped_runs_equal_solo_runs():
   together, records, _ = trainer.train(task, runs)
   for config, params, record in zip(runs, together, records):
     alone, alone_records, _ = trainer.train(task, [config])
-    assert record['final_train_loss'] == pytest.approx(alone_records[0]['final_train_loss'],
+    assert record['train_loss_nats'] == pytest.approx(alone_records[0]['train_loss_nats'],
                                                        rel=1e-5)
     assert task.report(config, params)['test_error'] == pytest.approx(
         task.report(config, alone[0])['test_error'], rel=1e-5)

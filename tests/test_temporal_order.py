@@ -188,12 +188,12 @@ def test_tiny_run_writes_test_error_success_and_profile(tmp_path):
     assert 0 <= error <= 1 and round(error * 20) == pytest.approx(error * 20)  # of 20 sequences
     assert written['success'] == (error < 0.01)
     assert 'test_error_by_length' not in written  # no test_lengths
-    assert set(written['last_profile']) == {'1', '2', '5'}  # distances k < T = 10
-    assert all(v > 0 for v in written['last_profile'].values())
+    assert set(written['final_profile']) == {'1', '2', '5'}  # distances k < T = 10
+    assert all(v > 0 for v in written['final_profile'].values())
     lines = records.read_metrics(folder)
     assert [line['step'] for line in lines] == [1, 2, 3]
     assert all(set(line['profile']) == {'1', '2', '5'} for line in lines)
-    assert all(np.isfinite(line['spectral_radius']) for line in lines)
+    assert all(np.isfinite(line['measured_spectral_radius']) for line in lines)
   # The two runs are different programs' lanes of one group: their inits differ.
   assert summaries[0]['first_profile'] != summaries[1]['first_profile']
 
@@ -240,7 +240,7 @@ def test_tiny_ptb_chars_run(tmp_path):
   assert summary['vocab_size'] == 50 and summary['test_chars'] == 100
   assert summary['paper_test_bits_per_char'] == 1.41
   assert 0 < summary['test_bits_per_char'] < 8  # near log2(50) = 5.64 after 2 steps
-  assert set(summary['last_profile']) == {'1', '2', '5'}  # k < tau = 8
+  assert set(summary['final_profile']) == {'1', '2', '5'}  # k < tau = 8
   bad = configs[0].copy_and_resolve_references()
   bad.omega_weight = 2.0
   with pytest.raises(ValueError, match=r"config.method: 'MSGD' expects clipping 'none'"):

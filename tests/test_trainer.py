@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from rnnjax import clipping
+from rnnjax import initializers
 from rnnjax import models
 from rnnjax.data import text
 from rnnjax.train import checkpoints
@@ -154,7 +155,7 @@ def test_group_equals_each_run_alone(stream):
   group_params, group_records, _ = train(task, runs)
   for run, params, record in zip(runs, group_params, group_records):
     solo_params, solo_records, _ = train(task, [run])
-    assert record['final_train_loss'] == pytest.approx(solo_records[0]['final_train_loss'],
+    assert record['train_loss_nats'] == pytest.approx(solo_records[0]['train_loss_nats'],
                                                        rel=1e-5)
     assert record['clipped_fraction'] == solo_records[0]['clipped_fraction']
     np.testing.assert_allclose(params['head']['kernel'], solo_params[0]['head']['kernel'],
@@ -278,16 +279,16 @@ def test_tensorboard_events_hold_the_metrics(stream, tmp_path):
   events = event_accumulator.EventAccumulator(str(tmp_path / 'run_0' / 'tensorboard'))
   events.Reload()
   tags = events.Tags()['scalars']
-  assert {'train/loss', 'train/grad_norm', 'train/spectral_radius', 'profile/k1'} <= set(tags)
+  assert {'train/loss', 'train/grad_norm', 'train/measured_spectral_radius', 'profile/k1'} <= set(tags)
   losses = events.Scalars('train/loss')
   assert [e.step for e in losses] == [1, 5, 10]
   np.testing.assert_allclose([e.value for e in losses], [l['loss'] for l in lines[0]], rtol=1e-6)
-  radii = [e.value for e in events.Scalars('train/spectral_radius')]
-  np.testing.assert_allclose(radii, [l['spectral_radius'] for l in lines[0]], rtol=1e-6)
+  radii = [e.value for e in events.Scalars('train/measured_spectral_radius')]
+  np.testing.assert_allclose(radii, [l['measured_spectral_radius'] for l in lines[0]], rtol=1e-6)
 
 
 def test_metrics_lines_and_records(stream, tmp_path):
-  _, run_records, lines = train(lm_task(stream), [config(steps=20, log_every=10,
+  params, run_records, lines = train(lm_task(stream), [config(steps=20, log_every=10,
                                                         optimizer='adam', learning_rate=1e-2,
                                                         clip_threshold=0.5)], tmp_path)
   lines = lines[0]
@@ -296,10 +297,16 @@ def test_metrics_lines_and_records(stream, tmp_path):
   assert first['bits'] == pytest.approx(first['loss'] / math.log(2))
   assert list(first['profile']) == ['1', '2', '5']  # k < tau = 8
   assert first['clipped'] == (first['grad_norm'] > 0.5)
-  assert first['spectral_radius'] == pytest.approx(1.0, abs=1e-4)  # at init: rho = 1
+  assert first['measured_spectral_radius'] == pytest.approx(1.0, abs=1e-4)  # at init: rho = 1
   assert run_records[0]['first_profile'] == first['profile']
-  assert run_records[0]['final_spectral_radius'] == lines[-1]['spectral_radius']
-  assert run_records[0]['final_train_loss'] == lines[-1]['loss']
+  # the summary's final values describe the saved params (the metrics line of step 20 was
+  # measured on the params step 20 started from)
+  assert run_records[0]['final_measured_spectral_radius'] == pytest.approx(
+      float(initializers.host_spectral_radius(params[0]['recurrence']['cell']['W_hh'])),
+      rel=1e-6)
+  assert run_records[0]['final_measured_spectral_radius'] != lines[-1][
+      'measured_spectral_radius']
+  assert run_records[0]['train_loss_nats'] == lines[-1]['loss']
   assert run_records[0]['steps_done'] == 20 and run_records[0]['status'] == 'finished'
   assert not any('seconds' in key for line in lines for key in line)  # results hold no time
 

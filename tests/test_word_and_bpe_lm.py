@@ -194,7 +194,7 @@ def test_experiment_runs_end_to_end(tmp_path, monkeypatch, tokens):
   assert saved['sample_greedy'].startswith('the cat | ')
   lines = records.read_metrics(tmp_path / 'run')
   assert [line['step'] for line in lines] == [1, 30, 60]
-  assert lines[0]['spectral_radius'] == pytest.approx(1.0, abs=1e-4)  # the init's rho
+  assert lines[0]['measured_spectral_radius'] == pytest.approx(1.0, abs=1e-4)  # the init's rho
   assert set(lines[0]['profile']) >= {'1', '2'}
   # a prompt outside the vocabulary fails before training, in a fresh folder too
   config = experiment.override(config, dict(sample_prompt='the zebra', vocab_size=10_000))

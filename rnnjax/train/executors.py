@@ -75,6 +75,7 @@ class Local:
       raise ValueError(f'--processes x --threads_per_run: expected at most the {len(cores)} '
                        f'cores, got {processes} x {threads}')
     self.processes, self.job_folder = processes, pathlib.Path(job_folder)
+    self.job_folder.mkdir(parents=True, exist_ok=True)
     self.stall_seconds, self.grace_seconds = stall_seconds, grace_seconds
     self.stop_seconds = stop_seconds
     self.slots = queue.Queue()
@@ -170,7 +171,6 @@ class Local:
   def run(self, jobs_to_run, on_end, on_progress=None) -> None:
     """Runs every job; calls ``on_end(job, result)`` as each ends. On KeyboardInterrupt
     the running jobs checkpoint and stop, the others never start, and it re-raises."""
-    self.job_folder.mkdir(parents=True, exist_ok=True)
     pool = concurrent.futures.ThreadPoolExecutor(self.processes)
     try:
       futures = {pool.submit(self._run, job, on_progress): job for job in jobs_to_run}

@@ -23,6 +23,7 @@ import pathlib
 import statistics
 
 from rnnjax import diagnostics
+from rnnjax.train import experiment as experiments
 from rnnjax.train import folder as run_folder
 
 __all__ = ['table_rows', 'over_seeds', 'markdown', 'csv_text', 'provenance_line',
@@ -31,31 +32,63 @@ __all__ = ['table_rows', 'over_seeds', 'markdown', 'csv_text', 'provenance_line'
 PROFILE_DISTANCES = tuple(str(k) for k in diagnostics.PROFILE_DISTANCES)
 
 
-def table_rows(runs, keys, reported) -> list[dict]:
+def _flat(record: dict, prefix: str = '') -> dict:
+  flat = {}
+  for key, value in record.items():
+    if isinstance(value, dict):
+      flat.update(_flat(value, f'{prefix}{key}.'))
+    else:
+      flat[f'{prefix}{key}'] = value
+  return flat
+
+
+def table_rows(runs, keys, reported, defaults: dict | None = None) -> list[dict]:
   """One row per run.
 
   Args:
-    runs: list of ``(overrides, summary or None, timing or None, status)``.
+    runs: dicts with the run's ``name`` (its folder's), ``values`` (its swept
+      values), ``config`` (as config.json holds it), ``summary`` and ``timing``
+      (None where missing) and ``status``.
     keys: the swept keys, in order.
     reported: the experiment's ``report`` fields.
+    defaults: the experiment's default config (as config.json would hold it):
+      the fields a run's config sets otherwise become columns too.
 
   Returns:
-    dicts of column -> value (floats NaN where missing).
+    dicts of column -> value (floats NaN where missing): the run folder, the
+    swept values, status, the reported fields, the first and final profiles,
+    the run's seconds (its share of its job's: they add up to the jobs' time),
+    the commit and date it was measured at, its seed and its other fields that
+    differ from the defaults.
   """
+  defaults = _flat(defaults or {})
   rows = []
-  for overrides, summary, timing, status in runs:
-    summary = summary or {}
-    row = {k: overrides.get(k) for k in keys}
-    row['status'] = status
+  for run in runs:
+    summary, timing = run['summary'] or {}, run['timing'] or {}
+    row = {'run_folder': run['name'], **{k: run['values'].get(k) for k in keys}}
+    row['status'] = run['status']
     for name in reported:
       row[name] = summary.get(name, math.nan)
-    for when in ('first', 'last'):
+    for when in ('first', 'final'):
       profile = summary.get(f'{when}_profile') or {}
       for k in PROFILE_DISTANCES:
         row[f'{when}_profile_k{k}'] = profile.get(k, math.nan)
-    row['seconds'] = ((timing or {}).get('seconds') or {}).get('total', math.nan)
+    total = (timing.get('seconds') or {}).get('total', math.nan)
+    row['seconds'] = total / timing.get('group_size', 1) if isinstance(total, float) else total
+    row['commit'], row['date'] = timing.get('commit', ''), timing.get('date', '')
+    config = _flat(run['config'] or {})
+    row.update({name: value for name, value in config.items() if name not in row and (
+        name == 'seed' or value != defaults.get(name, ...))})
     rows.append(row)
   return rows
+
+
+def _without_empty_columns(rows: list[dict]) -> list[dict]:
+  empty = lambda value: value is None or value == '' or (isinstance(value, float) and
+                                                         math.isnan(value))
+  columns = [c for c in dict.fromkeys(c for row in rows for c in row)
+             if not all(empty(row.get(c)) for row in rows)]
+  return [{c: row.get(c) for c in columns} for row in rows]
 
 
 def over_seeds(rows, keys, reported, budgets=()) -> list[dict]:
@@ -101,12 +134,15 @@ def format_value(value) -> str:
 
 def markdown(rows, heading: str = '') -> str:
   """The rows as Markdown; each profile becomes one column of space-separated values."""
+  measured = lambda when: [k for k in PROFILE_DISTANCES
+                           if any(f'{when}_profile_k{k}' in row for row in rows)]
+
   def merged(row):
     out = {c: format_value(v) for c, v in row.items() if '_profile_k' not in c}
-    for when in ('first', 'last'):
-      values = [row.get(f'{when}_profile_k{k}', math.nan) for k in PROFILE_DISTANCES]
+    for when, where in (('first', 'at the first step'), ('final', 'of the final params')):
+      values = [row.get(f'{when}_profile_k{k}', math.nan) for k in measured(when)]
       if any(not math.isnan(v) for v in values):
-        out[f'profile at {when} step, k = {", ".join(PROFILE_DISTANCES)}'] = ' '.join(
+        out[f'profile {where}, k = {", ".join(measured(when))}'] = ' '.join(
             format_value(v) for v in values if not math.isnan(v))
     return out
 
@@ -166,12 +202,12 @@ def plot_profiles(rows, keys, curve_key: str, path: pathlib.Path) -> None:
       if tuple(row[k] for k in panel_keys) != panel:
         continue
       color = colors(curves.index(row[curve_key]) / max(len(curves) - 1, 1))
-      for when, style in (('last', '-'), ('first', '--')):
-        points = [(int(k), row[f'{when}_profile_k{k}']) for k in PROFILE_DISTANCES
-                  if math.isfinite(row[f'{when}_profile_k{k}']) and row[f'{when}_profile_k{k}'] > 0]
+      for when, style in (('final', '-'), ('first', '--')):
+        values = [(int(k), row.get(f'{when}_profile_k{k}', math.nan)) for k in PROFILE_DISTANCES]
+        points = [(k, v) for k, v in values if math.isfinite(v) and v > 0]
         if points:
           axis.plot(*zip(*points), style, color=color, marker='o', markersize=3,
-                    label=f'{curve_key}={row[curve_key]}' if when == 'last' else None)
+                    label=f'{curve_key}={row[curve_key]}' if when == 'final' else None)
     axis.set_yscale('log')
     axis.set_xlabel('distance k (steps)')
     axis.set_title(', '.join(f'{k}={v}' for k, v in zip(panel_keys, panel)), fontsize=9)
@@ -264,12 +300,15 @@ def write(runs, keys, experiment, folder: pathlib.Path, command_line: dict | Non
       under the Markdown tables' provenance line.
   """
   reported = experiment.report
-  rows = table_rows(runs, keys, reported)
-  heading = provenance_line([timing for _, _, timing, _ in runs])
+  rows = _without_empty_columns(table_rows(runs, keys, reported,
+                                           experiments.as_dict(experiment.config())))
+  heading = provenance_line([run['timing'] for run in runs])
   if command_line:
     heading += ('\n\nSet for every run on the command line: '
                 + ', '.join(f'{name}={value!r}' for name, value in command_line.items()) + '.')
-  table = markdown(rows, heading)
+  shown = {'status', 'seconds', *keys, *reported}
+  table = markdown([{c: v for c, v in row.items() if c in shown or '_profile_k' in c}
+                    for row in rows], heading)
   run_folder.write_text(folder / 'results.md', table)
   run_folder.write_text(folder / 'results.csv', csv_text(rows))
   budgets = [(plot[1], budget) for plot in experiment.plots if plot[0] == 'rate'

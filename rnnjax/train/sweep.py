@@ -176,6 +176,7 @@ def sweep(experiment: experiments.Experiment, configs: list, overrides: list[dic
          f'{todo} to train' + (f' ({resuming} from their checkpoints)' if resuming else '')
          + f' in {len(jobs)} job(s)'
          + (f' on {processes} process(es) x {threads} core(s)' if local else ' on Slurm'))
+  job_folder.mkdir(exist_ok=True)
   for stale in job_folder.glob('*.json'):  # results of an earlier launch
     stale.unlink()
   if local:
@@ -223,11 +224,13 @@ def sweep(experiment: experiments.Experiment, configs: list, overrides: list[dic
       signal.signal(signum, handler)
   progress.close()
   runs = []
-  for i, (run, values) in enumerate(zip(plans, overrides)):
+  for i, (run, values, name) in enumerate(zip(plans, overrides, names)):
     summary = run_folder.read_json(run.folder / run_folder.SUMMARY)
     status = 'failed' if i in reasons else (summary or {}).get('status') or 'missing'
-    runs.append((values, summary if status in run_folder.ENDED else None,
-                 run_folder.read_json(run.folder / run_folder.TIMING), status))
+    runs.append({'name': name, 'values': values, 'config': experiments.as_dict(run.config),
+                 'summary': summary if status in run_folder.ENDED else None,
+                 'timing': run_folder.read_json(run.folder / run_folder.TIMING),
+                 'status': status})
   try:
     table = report.write(runs, keys, experiment, workdir, command_line)
   except OSError as error:

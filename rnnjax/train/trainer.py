@@ -319,7 +319,7 @@ def _line(step: int, interval: dict, i: int, radius, profile) -> dict:
   line.update({name: values[name] for name in LOGGED if name != 'loss'})
   line['clipped'] = bool(line['clipped'])
   line['skipped'] = int(line['skipped'])
-  line['spectral_radius'] = float(radius[i])
+  line['measured_spectral_radius'] = float(radius[i])
   line['profile'] = {str(k): float(v) for k, v in zip(diagnostics.PROFILE_DISTANCES, profile[i])
                      if not math.isnan(v)}
   return line
@@ -356,12 +356,13 @@ def train(task: Task, configs, folders=None, writer: bool = True,
       progress and its watch for stalled jobs).
 
   Returns:
-    ``(params, records, seconds)``: R final params (the last finite ones), R
-    dicts (status 'finished' or 'diverged', steps_done, diverged_step,
-    solved_step, skipped_steps, clipped_fraction, max_grad_norm,
-    final_train_loss (nats) and final_train_bits, first_profile, last_profile;
-    ``final_`` and ``last_`` values are those of the last metrics line, measured
-    on the params its step started from) and the seconds per phase.
+    ``(params, records, seconds)``: R final params (the last finite ones, those
+    saved), R dicts (status 'finished' or 'diverged', steps_done, diverged_step,
+    solved_step, skipped_steps, clipped_fraction, max_grad_norm, train_loss_nats
+    and train_loss_bits: the mean training loss of the last logged interval,
+    first_profile: at initialization, and final_measured_spectral_radius and
+    final_profile: of the saved params, on the last step's batch) and the
+    seconds per phase.
 
   Raises:
     Interrupted: when ``stop_requested`` said so (after checkpointing).
@@ -475,7 +476,15 @@ def train(task: Task, configs, folders=None, writer: bool = True,
       save(state, step)
       raise Interrupted(f'stopped on request after step {step}; a checkpoint of it was saved')
   jax.block_until_ready(state)
-  lap('train_steps', started)
+  started = lap('train_steps', started)
+  final_radius = np.full((runs,), np.nan, np.float32)
+  final_profile = np.full((runs, len(diagnostics.PROFILE_DISTANCES)), np.nan, np.float32)
+  if task.probe or task.recurrent_weight:  # the saved params, measured
+    batch = devices.place_batch(where, task.batch(max(step, 1)))
+    weights, final_profile = devices.to_host(programs.compiled('measure', state, batch)(state,
+                                                                                         batch))
+    final_radius = host_spectral_radii(weights)
+  lap('metrics', started)
   seconds['compile'] = programs.compile_seconds - compiled_before
   for store in stores:
     store.close()
@@ -496,10 +505,12 @@ def train(task: Task, configs, folders=None, writer: bool = True,
         'clipped_fraction': 0.0 if math.isnan(totals['clipped_fraction'])
                             else totals['clipped_fraction'],
         'max_grad_norm': totals['max_grad_norm'],
-        'final_train_loss': run_lines[-1]['loss'] if run_lines else math.nan,
-        'final_train_bits': run_lines[-1]['bits'] if run_lines else math.nan,
-        'final_spectral_radius': run_lines[-1]['spectral_radius'] if run_lines else math.nan,
+        'train_loss_nats': run_lines[-1]['loss'] if run_lines else math.nan,
+        'train_loss_bits': run_lines[-1]['bits'] if run_lines else math.nan,
+        'final_measured_spectral_radius': float(final_radius[i]),
         'first_profile': run_lines[0]['profile'] if run_lines else {},
-        'last_profile': run_lines[-1]['profile'] if run_lines else {},
+        'final_profile': {str(k): float(v) for k, v in zip(diagnostics.PROFILE_DISTANCES,
+                                                           final_profile[i])
+                          if not math.isnan(v)},
     })
   return unstack(host.params, runs), records_out, seconds
