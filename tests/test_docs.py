@@ -221,3 +221,23 @@ def test_plain_text_docstrings_become_the_rest_that_says_the_same():
       'Args:',
       r'  x: \|x\| in the Args',
       '    continued.']
+
+
+def test_the_api_reference_names_every_public_name():
+  """Every name of ``rnnjax.__all__`` and every module of ``rnnjax.train`` has its entry."""
+  import pkgutil
+  import types
+
+  import rnnjax
+  import rnnjax.train
+  top, modules, train = ((DOCS / name).read_text()
+                         for name in ('api.md', 'api_modules.md', 'api_train.md'))
+  for name in rnnjax.__all__:
+    if isinstance(getattr(rnnjax, name), types.ModuleType):
+      assert f'.. automodule:: rnnjax.{name}\n' in modules, name
+    elif name == '__version__':
+      assert '.. py:data:: rnnjax.__version__' in top
+    else:
+      assert f'.. autofunction:: rnnjax.{name}\n' in top, name
+  for module in pkgutil.iter_modules(rnnjax.train.__path__):
+    assert f'.. automodule:: rnnjax.train.{module.name}\n' in train, module.name
