@@ -105,6 +105,7 @@ EXPERIMENT = experiment.Experiment(
         'sample_temperature': Field(0.8, Check('a value >= 0 (0: greedy)', lambda v: v >= 0)),
     },
     report=('train_loss_bits', 'validation_bits_per_char', 'clipped_fraction', 'max_grad_norm',
-            'final_measured_spectral_radius'),
+            'final_measured_spectral_radius', 'first_largest_lyapunov_exponent',
+            'final_largest_lyapunov_exponent'),
     vmappable=('seed', 'spectral_radius', 'recurrent_init'),  # the data does not depend on the seed
     plots=(('profile', 'spectral_radius'),))

@@ -396,3 +396,23 @@ def test_a_solved_run_stops_and_the_others_go_on(tmp_path):
   np.testing.assert_allclose(params[0]['w'], [-1.0, 0.0], rtol=1e-6)
   assert [line['step'] for line in lines[0]] == [1, 5, 10]
   assert [line['step'] for line in lines[1]][-1] == 40
+
+
+def test_the_largest_lyapunov_exponent_is_logged_on_request(stream, tmp_path):
+  """``measure_lyapunov``: each metrics line and the summary carry the largest Lyapunov
+  exponent of the probe's trajectory, the final one that of the saved params."""
+  from rnnjax import lyapunov
+  task = lm_task(stream, radius=1.5)
+  run = config(steps=6, log_every=3, optimizer='adam', learning_rate=1e-2,
+               measure_lyapunov=True)
+  _, run_records, lines = train(task, [run], tmp_path)
+  initial = task.init(run, jax.random.split(jax.random.key(run.seed))[0])
+  probe = task.probe(initial, task.carry, task.batch(1))  # step 1: at initialization
+  expected = float(jnp.mean(lyapunov.lyapunov_spectrum(probe.cell, probe.params, probe.inputs,
+                                                       probe.initial_state, 1)))
+  assert run_records[0]['first_largest_lyapunov_exponent'] == pytest.approx(expected, abs=1e-5)
+  assert lines[0][0]['largest_lyapunov_exponent'] == run_records[0][
+      'first_largest_lyapunov_exponent']
+  assert math.isfinite(run_records[0]['final_largest_lyapunov_exponent'])
+  _, plain, _ = train(task, [config(steps=2, log_every=1)])
+  assert math.isnan(plain[0]['final_largest_lyapunov_exponent'])  # off by default

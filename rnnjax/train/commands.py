@@ -132,7 +132,6 @@ def run_main() -> None:
   from rnnjax.train import job as jobs
   from rnnjax.train import sweep
   logging.use_absl_handler()
-  logging.set_verbosity(logging.INFO)
   received = jobs.setup_process()
   result = jobs.run_job({'id': 'run', 'experiment': config.experiment,
                          'overwrite': 'all' if FLAGS.overwrite else 'none',

@@ -51,6 +51,15 @@ def read_result(job: dict, why: str) -> dict:
                    for run in job['runs']]}
 
 
+def _header(job: dict, where: str) -> None:
+  """The job's first line in each of its runs' log.txt (the folders made here)."""
+  for run in job['runs']:
+    pathlib.Path(run['folder']).mkdir(parents=True, exist_ok=True)
+    run_folder.append_text(pathlib.Path(run['folder']) / run_folder.LOG,
+                           f'\n=== {time.strftime("%Y-%m-%d %H:%M:%S")} job {job["id"]}: '
+                           f'{len(job["runs"])} run(s) {where}\n')
+
+
 def _child_setup(cores):
   """Runs in the child before exec: pin it to ``cores``, and ask Linux to kill it
   (SIGKILL) when the launcher's thread that started it dies."""
@@ -152,12 +161,8 @@ class Local:
     try:
       for _ in range(2):
         process = self._worker(cores)
-        for run in job['runs']:  # the job's header in each run's log.txt
-          pathlib.Path(run['folder']).mkdir(parents=True, exist_ok=True)
-          run_folder.append_text(pathlib.Path(run['folder']) / run_folder.LOG,
-                                 f'\n=== {time.strftime("%Y-%m-%d %H:%M:%S")} job {job["id"]}: '
-                                 f'{len(job["runs"])} run(s) on cores {list(cores)}: worker '
-                                 f'python -m rnnjax.train.job (pid {process.pid})\n')
+        _header(job, f'on cores {list(cores)}: worker python -m rnnjax.train.job (pid '
+                     f'{process.pid})')
         taken, why = self._follow(process, job, on_progress)
         for run in job['runs'] if why else ():  # the run's own log says why too
           with contextlib.suppress(OSError):
@@ -220,6 +225,7 @@ class SlurmJob(submitit.helpers.Checkpointable):
   def __call__(self) -> dict:
     requeue = signal.getsignal(signal.SIGUSR2)  # submitit's
     received = jobs.setup_process(signals=(signal.SIGTERM, signal.SIGUSR2))
+    _header(self.job, f'in Slurm job {os.environ.get("SLURM_JOB_ID", "?")}')
     result = jobs.run_job(self.job, received, log_to_runs=True)
     if received and received[0] == signal.SIGUSR2 and callable(requeue):
       requeue(signal.SIGUSR2, None)  # submitit: checkpoint() and requeue

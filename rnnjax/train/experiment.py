@@ -82,6 +82,9 @@ TRAINER_FIELDS = {
                              'Lyapunov exponents squared (0: off)'),
     'flossing_exponents': Field(1, integer(1), 'k, the Lyapunov exponents flossing pushes to 0'),
     'flossing_steps': Field(0, integer(0), 'flossing in the first N steps only (0: every step)'),
+    'measure_lyapunov': Field(False, Check('a bool', lambda v: isinstance(v, bool)),
+                              'log the largest Lyapunov exponent beside the gradient-norm '
+                              'profile'),
     'on_divergence': Field('stop', one_of(('stop', 'skip')),
                            'a NaN/Inf step: stop the run, or skip its update'),
     'layout': Field('auto', one_of(('auto', 'data', 'runs')),

@@ -111,6 +111,7 @@ def setup_process(signals=(signal.SIGTERM, signal.SIGUSR2, signal.SIGINT)) -> li
     at their next step and checkpoint when it is not empty. A second SIGINT
     interrupts at once (KeyboardInterrupt).
   """
+  logging.set_verbosity(logging.INFO)
   python_logging.getLogger('jax._src.xla_bridge').setLevel(python_logging.WARNING)
   logging.get_absl_handler().addFilter(lambda record: 'orbax' not in record.pathname)
   default_hook = sys.unraisablehook
@@ -210,9 +211,8 @@ def run_job(job: dict, received: list | None = None, on_progress=None,
   handler = _RunLogs(folders) if log_to_runs else None
   if handler is not None:
     python_logging.getLogger().addHandler(handler)
-    slurm = os.environ.get('SLURM_JOB_ID')
-    logging.info('=== job %s: %d run(s) in process %d%s', job.get('id', ''), len(folders),
-                 os.getpid(), f' (Slurm job {slurm})' if slurm else '')
+    logging.info('=== job %s: %d run(s) in process %d', job.get('id', ''), len(folders),
+                 os.getpid())
   exit_kind, reason, summaries = 'ok', '', [None] * len(folders)
   try:
     experiment = experiments.load(job['experiment'])
@@ -279,7 +279,6 @@ def serve(jobs, events) -> int:
 def main() -> None:
   events = os.fdopen(os.dup(sys.stdout.fileno()), 'wb')
   os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # prints go to stderr, not the events
-  logging.set_verbosity(logging.INFO)
   logging.use_absl_handler()
   sys.exit(serve(sys.stdin, events))
 

@@ -20,7 +20,7 @@ __all__ = ['append_metrics', 'read_metrics', 'cut_metrics', 'tensorboard', 'writ
            'record_devices', 'SCALARS']
 
 SCALARS = ('loss', 'bits', 'grad_norm', 'max_grad_norm', 'clipped_fraction', 'update_norm',
-           'skipped', 'measured_spectral_radius')  # the metrics line's numbers TensorBoard shows
+           'skipped', 'measured_spectral_radius', 'largest_lyapunov_exponent')  # TensorBoard's
 
 
 def append_metrics(folder: pathlib.Path, line: dict) -> None:

@@ -43,6 +43,7 @@ import optax
 
 from rnnjax import diagnostics
 from rnnjax import initializers
+from rnnjax import lyapunov
 from rnnjax.train import checkpoints
 from rnnjax.train import devices
 from rnnjax.train import optimizers
@@ -210,7 +211,8 @@ class Programs:
     self.step = jax.jit(_step_function(task, update, config.on_divergence, judge_by_update,
                                        flossing, config.flossing_exponents,
                                        config.flossing_steps), donate_argnums=0)
-    self.measure = jax.jit(_measure_function(task.probe, task.recurrent_weight))
+    self.measure = jax.jit(_measure_function(task.probe, task.recurrent_weight,
+                                             config.measure_lyapunov))
     self.executables = {}
     self.compile_seconds = 0.0
 
@@ -235,10 +237,9 @@ def _step_function(task, update, on_divergence, judge_by_update, flossing, expon
       return value, (value, new_carry)
 
     def floss():
-      from rnnjax import lyapunov  # interim: moves to the top once the module lands
       probe = task.probe(params, carry, batch)
       return lyapunov.flossing_loss(probe.cell, probe.params, probe.inputs, probe.initial_state,
-                                    exponents)
+                                    exponents, lengths=probe.lengths)
     applies = (step <= flossing_steps) if flossing_steps else True
     term = jax.lax.cond(applies, floss, lambda: jnp.zeros([], jnp.float32))
     return value + flossing_weight * term, (value, new_carry)
@@ -282,7 +283,7 @@ def _step_function(task, update, on_divergence, judge_by_update, flossing, expon
   return step
 
 
-def _measure_function(probe_fn, recurrent_weight):
+def _measure_function(probe_fn, recurrent_weight, measure_lyapunov: bool):
   """``measure(state, batch)`` (see ``Programs``): the spectral radius is solved on the
   host from the weights, after the program (a ``jax.pure_callback`` inside it
   deadlocks a program over several CPU devices)."""
@@ -291,12 +292,15 @@ def _measure_function(probe_fn, recurrent_weight):
   def one_run(params, carry, batch):
     weight = recurrent_weight(params) if recurrent_weight else jnp.float32(jnp.nan)
     if probe_fn is None:
-      return weight, jnp.full((len(distances),), jnp.nan, jnp.float32)
+      return weight, jnp.full((len(distances),), jnp.nan, jnp.float32), jnp.float32(jnp.nan)
     probe = probe_fn(params, carry, batch)
     fitting = diagnostics.profile_distances(probe.inputs.shape[1], distances)
     ratios = diagnostics.profile(probe, fitting)
     padding = jnp.full((len(distances) - len(fitting),), jnp.nan, jnp.float32)
-    return weight, jnp.concatenate([ratios.astype(jnp.float32), padding])
+    exponent = jnp.mean(lyapunov.lyapunov_spectrum(
+        probe.cell, probe.params, probe.inputs, probe.initial_state, 1,
+        lengths=probe.lengths)) if measure_lyapunov else jnp.float32(jnp.nan)
+    return weight, jnp.concatenate([ratios.astype(jnp.float32), padding]), exponent
 
   group = jax.vmap(one_run, in_axes=(0, 0, None))
   return lambda state, batch: group(state.params, state.carry, batch)
@@ -312,7 +316,7 @@ def host_spectral_radii(weights) -> np.ndarray:
   return np.array([initializers.host_spectral_radius(w) for w in weights], np.float32)
 
 
-def _line(step: int, interval: dict, i: int, radius, profile) -> dict:
+def _line(step: int, interval: dict, i: int, radius, profile, exponent) -> dict:
   """The metrics line of run i at a logged step (host values)."""
   values = _reduced(interval, LOGGED, i)
   line = {'step': step, 'loss': values['loss'], 'bits': values['loss'] / math.log(2)}
@@ -322,6 +326,8 @@ def _line(step: int, interval: dict, i: int, radius, profile) -> dict:
   line['measured_spectral_radius'] = float(radius[i])
   line['profile'] = {str(k): float(v) for k, v in zip(diagnostics.PROFILE_DISTANCES, profile[i])
                      if not math.isnan(v)}
+  if not math.isnan(exponent[i]):
+    line['largest_lyapunov_exponent'] = float(exponent[i])
   return line
 
 
@@ -414,12 +420,12 @@ def train(task: Task, configs, folders=None, writer: bool = True,
       checkpoints.save(store, step, _run(host, i))
     lap('checkpoint', begun)
 
-  def log(state, step, radius, profile):
+  def log(state, step, radius, profile, exponent):
     stopped, interval = devices.to_host((state.stopped, state.interval))
     for i in range(runs):
       if stopped[i]:  # stopped in this interval or before: no more lines
         continue
-      line = _line(step, interval, i, radius, profile)
+      line = _line(step, interval, i, radius, profile, exponent)
       lines[i].append(line)
       if writer:
         records.append_metrics(folders[i], line)
@@ -453,7 +459,7 @@ def train(task: Task, configs, folders=None, writer: bool = True,
     if logged:  # measured on the params and carry this step starts from
       jax.block_until_ready(state)
       started = lap('train_steps', started)
-      weights, profile = devices.to_host(measure_executable(state, batch))
+      weights, profile, exponent = devices.to_host(measure_executable(state, batch))
       radius = host_spectral_radii(weights)
       started = lap('metrics', started)
     state = step_executable(state, batch)
@@ -461,7 +467,7 @@ def train(task: Task, configs, folders=None, writer: bool = True,
       jax.block_until_ready(state)
     if logged or checked:
       started = lap('train_steps', started)
-      state = log(state, step, radius, profile) if logged else state
+      state = log(state, step, radius, profile, exponent) if logged else state
       state = check_solved(state, step) if checked else state
       all_stopped = bool(np.all(devices.to_host(state.stopped)))
       started = lap('metrics', started)
@@ -477,12 +483,12 @@ def train(task: Task, configs, folders=None, writer: bool = True,
       raise Interrupted(f'stopped on request after step {step}; a checkpoint of it was saved')
   jax.block_until_ready(state)
   started = lap('train_steps', started)
-  final_radius = np.full((runs,), np.nan, np.float32)
+  final_radius = final_exponent = np.full((runs,), np.nan, np.float32)
   final_profile = np.full((runs, len(diagnostics.PROFILE_DISTANCES)), np.nan, np.float32)
   if task.probe or task.recurrent_weight:  # the saved params, measured
     batch = devices.place_batch(where, task.batch(max(step, 1)))
-    weights, final_profile = devices.to_host(programs.compiled('measure', state, batch)(state,
-                                                                                         batch))
+    weights, final_profile, final_exponent = devices.to_host(
+        programs.compiled('measure', state, batch)(state, batch))
     final_radius = host_spectral_radii(weights)
   lap('metrics', started)
   seconds['compile'] = programs.compile_seconds - compiled_before
@@ -509,6 +515,9 @@ def train(task: Task, configs, folders=None, writer: bool = True,
         'train_loss_bits': run_lines[-1]['bits'] if run_lines else math.nan,
         'final_measured_spectral_radius': float(final_radius[i]),
         'first_profile': run_lines[0]['profile'] if run_lines else {},
+        'first_largest_lyapunov_exponent': (run_lines[0].get('largest_lyapunov_exponent',
+                                                             math.nan) if run_lines else math.nan),
+        'final_largest_lyapunov_exponent': float(final_exponent[i]),
         'final_profile': {str(k): float(v) for k, v in zip(diagnostics.PROFILE_DISTANCES,
                                                            final_profile[i])
                           if not math.isnan(v)},
