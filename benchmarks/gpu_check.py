@@ -12,7 +12,8 @@ forward+backward) at S1-S4, (2) its sweep comparison (32 vmapped runs
 against the same runs one by one, B = 1 and 16), (3) DEER and quasi-DEER
 (``parallel.elman_deer``, rho = 0.5, tolerance 1e-5) against the sequential
 fused layer, forward, at H in {4, 16, 64} and T in {1024, 16384}, B = 8. Runs
-on CPU too (slowly: use --shapes=S4 --deer_lengths=1024 to try it).
+on CPU too (slowly: use --shapes=S4 --sweep_steps=10 --deer_lengths=1024 to try it;
+``rnn_speed``'s flags --shapes, --sweep_batches and --sweep_steps apply).
 """
 
 import time
@@ -90,9 +91,10 @@ def main(argv):
     print()
     print(rnn_speed.markdown(rows, columns), flush=True)
   print()
-  for batch in (1, 16):
-    solo, group, difference = rnn_speed.sweep_comparison(batch)
-    print(f'sweep of 32 runs (H=64, T=64, B={batch}, 200 steps): one by one {solo:.1f} s, '
+  steps = rnn_speed._SWEEP_STEPS.value
+  for batch in map(int, rnn_speed._SWEEP_BATCHES.value):
+    solo, group, difference, _ = rnn_speed.sweep_comparison(batch, steps)
+    print(f'sweep of 32 runs (H=64, T=64, B={batch}, {steps} steps): one by one {solo:.1f} s, '
           f'vmapped {group:.1f} s, speed-up {solo / group:.1f}x; largest relative difference '
           f'of a final loss {difference:.1e}', flush=True)
   print()

@@ -1,108 +1,110 @@
-"""The main job against its PyTorch peer: the char-LM sweep, end to end.
+"""The main job against its PyTorch peers: the char-LM sweep, end to end and per step.
 
-  python -m benchmarks.main_job_peer [--steps=150] [--runs=20] [--modes=...]
+  python -m benchmarks.main_job_peer [--steps=1500] [--runs=20] [--modes=...]
 
 The main job is the sweep of ``experiments/configs/char_lm.py`` ``get_sweep()``:
 20 runs of a character-level Elman LM on Tiny Shakespeare (H = 128, E = 32,
 V = 65, B = 32, tau in {16, 64}, spectral radius in {0.5, 0.9, 1.0, 1.1, 1.5},
-clipping none or global norm 1, SGD at lr 1), here cut to ``--steps`` steps
-per run (1500 in the real sweep) so that the benchmark takes minutes.
+clipping none or global norm 1, plain SGD at lr 1, 1500 steps a run; ``--steps``
+cuts it for a quicker look). Every variant trains those runs in fresh processes
+and is timed end to end, wall clock, from the start of its first process to the
+end of its last:
 
-Variants, each timed end to end as a user meets it (wall clock):
+  torch            the sweep as a PyTorch user writes it: nn.Embedding ->
+                   nn.RNN(tanh) -> nn.Linear, SGD, clip_grad_norm_ for the
+                   clipped runs, the state detached between windows (truncated
+                   BPTT) and reset at window 0; one process,
+                   ``torch.set_num_threads(2)`` (``--torch_threads``), the runs
+                   one after another. nn.RNN's default two biases are kept (the
+                   same work; under SGD their sum moves twice as fast as
+                   rnnjax's one b). The loss is read (``.item()``) at rnnjax's
+                   logged steps (1, every ``log_every``, the last), where a run
+                   that is not finite stops. Its data (``peer_windows``) are
+                   rnnjax's windows, cut in numpy: the peer never imports JAX or
+                   rnnjax (checked), and gets its run configs and the corpus's
+                   verified path as JSON from this process.
+  torch_expert     what an expert runs for many small runs on a CPU: one process
+                   per core, pinned to it (``os.sched_setaffinity``),
+                   ``torch.set_num_threads(1)``, each training its share of the
+                   runs one after another (``shares``: balanced by work, a
+                   share's runs ordered by tau, so that the processes train one
+                   tau at a time). Small recurrent matmuls run faster on one
+                   thread than split over two. Timed first and last (the
+                   machine's speed drifts); its row is the mean of the two.
+  torch_compiled   torch_expert with the window's loss (the model's forward and
+                   the cross-entropy; the backward through AOTAutograd)
+                   ``torch.compile``d, in a fresh inductor cache, so that its
+                   compilation counts. Dynamo stops its graph at nn.RNN (the
+                   recurrence runs eagerly) unless ``--compile_rnn``
+                   (``torch._dynamo.config.allow_rnn``), which unrolls it.
+  sweep_cold       ``python -m launch.sweep`` on a fresh workdir, JAX's persistent
+                   compilation cache in a fresh folder: the launcher, one worker
+                   per core, imports, data, compilation (writing the cache),
+                   training, metrics and TensorBoard, checkpoints, evaluation
+                   and two samples a run, the tables and the plot.
+  sweep_warm       the same command on another fresh workdir, the cache filled
+                   (by sweep_cold, or else by an untimed sweep before it).
 
-  PyTorch peer     the sweep written as a PyTorch user writes it
-                   (``train_torch_sweep``): nn.Embedding -> nn.RNN(tanh) ->
-                   nn.Linear, SGD(lr=1), clip_grad_norm_(1) for the clipped
-                   runs, the state detached between windows (truncated BPTT)
-                   and reset at window 0, 2 threads, runs one after another
-                   (nn.RNN's default two biases: the same work; their sum moves
-                   twice as fast as rnnjax's one b under SGD);
-                   the loss read (``.item()``) at rnnjax's logged steps (1, every
-                   100, the last) and a run stopped there if it is not finite.
-                   Its data in numpy (``peer_windows``: the same windows as
-                   rnnjax's task, without importing JAX). In this process
-                   (torch imported and its lazy imports done): reading the
-                   corpus, building the models, training; no compilation. Timed
-                   twice (first and last) to bracket the machine's drift; the
-                   reference of every ratio is their mean.
-  PyTorch script   the same peer in a fresh Python process
-                   (``python -c ...peer_script``): also the interpreter's start
-                   and torch's imports, the counterpart of launch.sweep.
-  rnnjax in-process  ``trainer.train`` on each group (runs that differ only
-                   in spectral radius and clipping are one vmapped group per
-                   tau, as ``launch.sweep`` plans them), ``folders=None``:
-                   the task (corpus, windows), compilation of the step and of
-                   the diagnostics, the steps, the metrics and diagnostics
-                   (spectral radius, gradient-norm profile) at logged steps.
-                   No evaluation, sampling or files. Cold (the first call in
-                   this process, JAX's persistent cache off), and again on the
-                   same task objects (their executables cached in memory; the
-                   trainer caches per task loss function, so a task built anew
-                   compiles again). A third line subtracts the cold call's
-                   compile time from it.
-  launch.sweep     ``python -m launch.sweep`` in a subprocess on a fresh
-                   temporary folder: process starts (the launcher and one
-                   worker ``launch.run`` per core), imports, the data, compilation,
-                   training, metrics and TensorBoard files, checkpoints,
-                   evaluation on the validation text and two samples per run,
-                   summaries, tables and plots. Cold: ``RNNJAX_COMPILATION_CACHE=''``
-                   (no persistent cache); cache fill: the cache on, in a fresh
-                   temporary folder (cold, and writing it); warm: the same
-                   command again on a fresh workdir, the cache filled (by the
-                   cache-fill variant, or else by an untimed sweep before it).
-
-Tokens per second count runs x steps x B x tau (the sum over runs) whatever
-the variant spends them on. The ratio is wall time rnnjax / PyTorch peer
-(its in-process mean; below 1: rnnjax is faster). Below the table, where
-each variant spent its time: the trainer's phases (``Timer``; for
-launch.sweep from its runs' ``timing.json``, summed over groups).
+Training steps alone, as run-steps per second at each tau: PyTorch's step loop
+from step 2 on (step 1 compiles in torch_compiled), rnnjax's ``train_steps``
+phase (``timing.json``: compilation, metrics and checkpoints excluded), each as
+workers x run-steps / step-seconds summed over the workers (the machine's rate
+with every worker at that tau). The ratios are against the fastest PyTorch
+variant of the same invocation, per column (the least wall time, the most
+run-steps per second): above 1, faster than it.
 """
 
-import copy
+import concurrent.futures
+import datetime
 import json
 import math
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import types
 
 from absl import app
 from absl import flags
 import numpy as np
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+__all__ = ['MODES', 'sweep_overrides', 'run_configs', 'tokens', 'logged', 'peer_windows',
+           'CharRNN', 'torch_model', 'torch_window_loss', 'train_torch_run', 'train_share',
+           'serve_peer', 'shares', 'run_peer', 'run_launch_sweep', 'benchmark', 'markdown']
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-MODES = ('torch', 'torch_script', 'inprocess', 'inprocess_compiled', 'sweep_cold',
-         'sweep_cache_fill', 'sweep_warm')
+MODES = ('torch', 'torch_expert', 'torch_compiled', 'sweep_cold', 'sweep_warm')
 
-_STEPS = flags.DEFINE_integer('steps', 150, 'Training steps per run (the main job: 1500).')
+_STEPS = flags.DEFINE_integer('steps', 1500, 'Training steps per run (the main job: 1500).')
 _RUNS = flags.DEFINE_integer('runs', 20, 'The first N runs of get_sweep() (all: 20).')
-_THREADS = flags.DEFINE_integer('torch_threads', 2, 'torch.set_num_threads.')
+_THREADS = flags.DEFINE_integer('torch_threads', 2, 'torch.set_num_threads of the torch variant.')
 _MODES = flags.DEFINE_list('modes', list(MODES), f'Variants to time, of {MODES}.')
+_COMPILE_RNN = flags.DEFINE_bool('compile_rnn', False, 'torch_compiled: trace through nn.RNN '
+                                 '(dynamo allow_rnn; minutes of compilation a process).')
 
 
 def sweep_overrides(steps: int, runs: int = 20) -> list[dict]:
-  """The first ``runs`` runs of the main job's sweep, at ``steps`` steps each."""
+  """The first ``runs`` runs of the main job's ``get_sweep()``, at ``steps`` steps each."""
   from experiments.configs import char_lm as char_lm_config
   return [dict(o, steps=steps) for o in char_lm_config.get_sweep()[:runs]]
 
 
 def run_configs(overrides: list[dict]) -> list:
-  """The full config of every run, as ``launch.sweep.run_configs`` makes them (without
-  importing JAX, so that the PyTorch script does not)."""
+  """Each run's full config, as ``python -m launch.sweep`` makes them (no command-line
+  fields)."""
   from experiments.configs import char_lm as char_lm_config
-  base = char_lm_config.get_config()
-  configs = []
-  for run_overrides in overrides:
-    config = copy.deepcopy(base)
-    config.lock()
-    config.update_from_flattened_dict(run_overrides)
-    configs.append(config)
-  return configs
+  from rnnjax.train import sweep
+  return sweep.run_configs(char_lm_config.get_config(), overrides, {})
 
 
 def tokens(configs) -> int:
+  """Tokens trained on, summed over runs: steps x B x tau."""
   return sum(c.steps * c.batch_size * c.truncation for c in configs)
 
 
@@ -111,14 +113,13 @@ def logged(step: int, steps: int, log_every: int) -> bool:
   return step == 1 or step % log_every == 0 or step == steps
 
 
-# --- The PyTorch peer -------------------------------------------------------------------
+# --- The PyTorch peer (no JAX, no rnnjax) -----------------------------------------------
 
-def peer_windows(config):
-  """The corpus cut as a PyTorch user cuts it, in numpy: ``(inputs, targets)``
+def peer_windows(config, corpus: str) -> tuple[np.ndarray, np.ndarray, int]:
+  """The text ``corpus`` cut as a PyTorch user cuts it, in numpy: ``(inputs, targets)``
   ``<int64>[W, B, tau]`` and V; the same windows as ``text.stream_windows`` of the
-  first 90% of the ids (B streams, state carried from window to window)."""
-  from rnnjax.data import corpora  # reads and verifies the file; no JAX
-  corpus = corpora.read_text(config.corpus, config.data_dir or None)
+  first ``1 - validation_fraction`` of the ids (B streams, the state carried from window
+  to window)."""
   chars = sorted(set(corpus))
   lookup = np.zeros(max(map(ord, chars)) + 1, np.int64)
   lookup[[ord(c) for c in chars]] = np.arange(len(chars))
@@ -132,25 +133,27 @@ def peer_windows(config):
   return cut(streams[:, :-1]), cut(streams[:, 1:]), len(chars)
 
 
-def torch_model(vocab_size: int, embedding_size: int, hidden_size: int, radius: float):
-  """The char LM as a PyTorch user writes it; W_hh Gaussian, rescaled to spectral radius
-  ``radius`` (rnnjax's 'gaussian' init); everything else PyTorch's default init."""
-  import torch
-  from torch import nn
+class CharRNN(nn.Module):
+  """The char LM as a PyTorch user writes it (one class, so that a compiled loss serves
+  every run's model without recompiling)."""
 
-  class CharRNN(nn.Module):
+  def __init__(self, vocab_size: int, embedding_size: int, hidden_size: int):
+    super().__init__()
+    self.embedding = nn.Embedding(vocab_size, embedding_size)
+    self.rnn = nn.RNN(embedding_size, hidden_size, batch_first=True, nonlinearity='tanh')
+    self.head = nn.Linear(hidden_size, vocab_size)
 
-    def __init__(self):
-      super().__init__()
-      self.embedding = nn.Embedding(vocab_size, embedding_size)
-      self.rnn = nn.RNN(embedding_size, hidden_size, batch_first=True, nonlinearity='tanh')
-      self.head = nn.Linear(hidden_size, vocab_size)
+  def forward(self, ids, h):  # ids <int64>[B, T], h [1, B, H] -> logits [B, T, V], h
+    states, h = self.rnn(self.embedding(ids), h)
+    return self.head(states), h
 
-    def forward(self, ids, h):  # ids <int64>[B, T], h [1, B, H]
-      states, h = self.rnn(self.embedding(ids), h)
-      return self.head(states), h
 
-  model = CharRNN()
+def torch_model(vocab_size: int, embedding_size: int, hidden_size: int,
+                radius: float) -> CharRNN:
+  """A ``CharRNN`` with W_hh Gaussian, rescaled to spectral radius ``radius`` (rnnjax's
+  'gaussian' init); everything else PyTorch's default init (draws from torch's global
+  generator)."""
+  model = CharRNN(vocab_size, embedding_size, hidden_size)
   with torch.no_grad():
     w = torch.randn(hidden_size, hidden_size)
     model.rnn.weight_hh_l0.copy_(w * (radius / torch.linalg.eigvals(w).abs().max()))
@@ -160,19 +163,27 @@ def torch_model(vocab_size: int, embedding_size: int, hidden_size: int, radius: 
 def torch_window_loss(model, inputs, targets, h):
   """One window's mean cross-entropy (nats) and the final state: inputs, targets
   ``<int64>[B, tau]``, h ``[1, B, H]``."""
-  import torch.nn.functional as F
   logits, h = model(inputs, h)
   return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)), h
 
 
-def train_torch_run(config, inputs, targets, vocab_size: int, model=None) -> dict:
-  """One run of the peer: truncated BPTT over ``[W, B, tau]`` windows (int64 tensors),
-  from ``model`` (default: ``torch_model`` seeded with ``config.seed``).
+def train_torch_run(config, inputs, targets, vocab_size: int, model=None,
+                    window_loss=torch_window_loss) -> dict:
+  """One run of the peer: truncated BPTT over ``[W, B, tau]`` windows (int64 tensors).
+
+  Args:
+    config: the run's fields (attributes: seed, steps, learning_rate, clipping,
+      clip_threshold, log_every, embedding_size, hidden_size, spectral_radius).
+    inputs, targets: ``<int64>[W, B, tau]`` tensors.
+    vocab_size: V.
+    model: the model to train (default: ``torch_model`` after
+      ``torch.manual_seed(config.seed)``).
+    window_loss: ``torch_window_loss`` or a compiled form of it.
 
   Returns:
-    ``{'losses': [(step, loss)], 'status': 'finished' | 'diverged', 'steps_done', 'model'}``.
+    ``{'losses': [(step, loss nats)], 'status': 'finished' | 'diverged', 'steps_done',
+    'first_step_seconds', 'steps_seconds' (steps 2 to the last), 'model'}``.
   """
-  import torch
   if model is None:
     torch.manual_seed(config.seed)
     model = torch_model(vocab_size, config.embedding_size, config.hidden_size,
@@ -181,12 +192,13 @@ def train_torch_run(config, inputs, targets, vocab_size: int, model=None) -> dic
   clip = config.clipping == 'global_norm'
   windows, batch_size = inputs.shape[0], inputs.shape[1]
   h = torch.zeros(1, batch_size, config.hidden_size)
-  losses, status = [], 'finished'
+  losses, status, first_seconds = [], 'finished', 0.0
+  started = time.perf_counter()
   for step in range(1, config.steps + 1):
     window = (step - 1) % windows
     if window == 0:
       h = torch.zeros(1, batch_size, config.hidden_size)
-    loss, h = torch_window_loss(model, inputs[window], targets[window], h.detach())
+    loss, h = window_loss(model, inputs[window], targets[window], h.detach())
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if clip:
@@ -198,93 +210,142 @@ def train_torch_run(config, inputs, targets, vocab_size: int, model=None) -> dic
       if not math.isfinite(value):
         status = 'diverged'
         break
-  return {'losses': losses, 'status': status, 'steps_done': step, 'model': model}
+    if step == 1:
+      first_seconds = time.perf_counter() - started
+      started = time.perf_counter()
+  return {'losses': losses, 'status': status, 'steps_done': step,
+          'first_step_seconds': first_seconds,
+          'steps_seconds': time.perf_counter() - started if step > 1 else 0.0, 'model': model}
 
 
-def train_torch_sweep(configs, threads: int = 2) -> tuple[float, list[dict]]:
-  """The peer's sweep, runs one after another; returns ``(seconds, records)``."""
-  import torch
-  torch.set_num_threads(threads)
-  started = time.perf_counter()
-  data, records = {}, []
-  for config in configs:
-    if config.truncation not in data:
-      inputs, targets, vocab_size = peer_windows(config)
-      data[config.truncation] = (torch.from_numpy(inputs), torch.from_numpy(targets),
-                                 vocab_size)
-    record = train_torch_run(config, *data[config.truncation])
-    del record['model']
-    records.append(record)
-  return time.perf_counter() - started, records
-
-
-def peer_script(overrides: list[dict], threads: int) -> None:
-  """The body of the PyTorch script (``run_torch_script``): prints its records as JSON."""
-  import torch  # pylint: disable=unused-import
-  seconds, records = train_torch_sweep(run_configs(overrides), threads)
-  print(json.dumps({'seconds': seconds, 'records': records}))
-
-
-def run_torch_script(overrides: list[dict], threads: int) -> tuple[float, dict]:
-  """The peer in a fresh Python process; returns ``(wall seconds, its output)``."""
-  code = ('import json, sys; from benchmarks import main_job_peer; '
-          f'main_job_peer.peer_script(json.loads(sys.argv[1]), {threads})')
-  started = time.perf_counter()
-  result = subprocess.run([sys.executable, '-c', code, json.dumps(overrides)], cwd=ROOT,
-                          capture_output=True, text=True)
-  seconds = time.perf_counter() - started
-  if result.returncode != 0:
-    raise RuntimeError(f'the PyTorch script failed ({result.returncode}):\n'
-                       f'{(result.stdout + result.stderr)[-3000:]}')
-  return seconds, json.loads(result.stdout.strip().splitlines()[-1])
-
-
-# --- rnnjax in-process ------------------------------------------------------------------
-
-def groups_of(configs) -> list[list[int]]:
-  """Run indices grouped by program (one vmapped job each), as ``launch.sweep.plan_jobs``
-  groups them for one process."""
-  from experiments import char_lm
-  from rnnjax.train import trainer
-  groups = {}
-  for i, config in enumerate(configs):
-    groups.setdefault(trainer.group_key(config, char_lm.VMAPPABLE), []).append(i)
-  return list(groups.values())
-
-
-def train_rnnjax_in_process(configs, tasks=None) -> tuple[float, dict, list[dict]]:
-  """Each group through ``char_lm.task`` and ``trainer.train(task, group)`` (no folders).
+def train_share(job: dict) -> dict:
+  """The body of a peer process: trains its runs one after another.
 
   Args:
-    configs: the runs.
-    tasks: a dict, group index -> task: tasks found there are reused (their
-      compiled steps are cached in this process: the trainer caches per task
-      loss function), the others built (and timed) and put there.
+    job: ``{'configs': [config dicts (``experiment.as_dict``)], 'corpora': {name: the
+      path of its text file, verified}, 'threads': int, 'compiled': bool,
+      'compile_rnn': bool}``.
 
   Returns:
-    ``(seconds, timer seconds summed over groups (and 'task'), records in run order)``.
+    ``{'records': train_torch_run's records without the model, 'seconds': this
+    body's wall time, 'cores': the cores this process may run on, 'threads',
+    'imported': which of jax and rnnjax this process imported (none: its time
+    includes neither)}``.
   """
-  from experiments import char_lm
-  from rnnjax.train import trainer
-  tasks = {} if tasks is None else tasks
   started = time.perf_counter()
-  phases, records = {}, [None] * len(configs)
-  for number, group in enumerate(groups_of(configs)):
-    begun = time.perf_counter()
-    if number not in tasks:
-      tasks[number] = char_lm.task(configs[group[0]])
-    phases['task'] = phases.get('task', 0.0) + time.perf_counter() - begun
-    _, group_records, timer = trainer.train(tasks[number], [configs[i] for i in group])
-    for name, seconds in timer.seconds.items():
-      phases[name] = phases.get(name, 0.0) + seconds
-    for i, record in zip(group, group_records):
+  torch.set_num_threads(job['threads'])
+  window_loss = torch_window_loss
+  if job['compiled']:
+    torch._dynamo.config.allow_rnn = bool(job['compile_rnn'])  # pylint: disable=protected-access
+    window_loss = torch.compile(torch_window_loss)
+  data, records = {}, []
+  for values in job['configs']:
+    config = types.SimpleNamespace(**values)
+    key = (config.corpus, config.validation_fraction, config.batch_size, config.truncation)
+    if key not in data:
+      corpus = pathlib.Path(job['corpora'][config.corpus]).read_text(encoding='utf-8')
+      inputs, targets, vocab_size = peer_windows(config, corpus)
+      data[key] = (torch.from_numpy(inputs), torch.from_numpy(targets), vocab_size)
+    record = train_torch_run(config, *data[key], window_loss=window_loss)
+    del record['model']
+    records.append(record)
+  return {'records': records, 'seconds': time.perf_counter() - started,
+          'cores': sorted(os.sched_getaffinity(0)), 'threads': torch.get_num_threads(),
+          'imported': [name for name in ('jax', 'rnnjax') if name in sys.modules]}
+
+
+def serve_peer() -> None:
+  """A peer process (``run_peer``): reads its job (JSON) on stdin, prints its result as
+  one JSON line."""
+  print(json.dumps(train_share(json.loads(sys.stdin.read()))))
+
+
+def shares(configs, processes: int) -> list[list[int]]:
+  """Run indices for each of up to ``processes`` workers: each run, the most work first,
+  to the worker with the least work so far (work: ``char_lm.work`` x steps, as the
+  sweep weighs its jobs); within a share, runs by (tau, index), so that workers train
+  one tau at a time together."""
+  from experiments import char_lm
+  loads = [0.0] * max(1, min(processes, len(configs)))
+  out = [[] for _ in loads]
+  for i in sorted(range(len(configs)),
+                  key=lambda i: -char_lm.work(configs[i]) * configs[i].steps):
+    worker = loads.index(min(loads))
+    out[worker].append(i)
+    loads[worker] += char_lm.work(configs[i]) * configs[i].steps
+  return [sorted(share, key=lambda i: (configs[i].truncation, i)) for share in out]
+
+
+# A peer process: pinned (where a core is given) before torch starts its threads.
+PEER_CODE = '''import os, sys
+if len(sys.argv) > 1:
+  os.sched_setaffinity(0, {int(sys.argv[1])})
+from benchmarks import main_job_peer
+main_job_peer.serve_peer()'''
+
+
+def run_peer(configs, processes: int, threads: int, compiled: bool = False,
+             compile_rnn: bool = False) -> dict:
+  """Trains the runs on ``processes`` fresh PyTorch processes of ``threads`` threads
+  each (``serve_peer``), their shares ``shares(configs, processes)``; with more than
+  one process, process n is pinned to the n-th core of this process's.
+
+  Returns:
+    ``{'seconds': wall time from the first start to the last end, 'records': in run
+    order, 'workers': each process's result without its records}``.
+
+  Raises:
+    RuntimeError: a process that failed (with its output's tail) or imported JAX or
+      rnnjax.
+  """
+  from rnnjax.data import corpora
+  from rnnjax.train import experiment
+  cores = sorted(os.sched_getaffinity(0))
+  parts = shares(configs, processes)
+  paths = {c.corpus: str(corpora.corpus_path(c.corpus, c.data_dir or None)) for c in configs}
+  with tempfile.TemporaryDirectory(prefix='main_job_peer_inductor_') as cache:
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
+    jobs = [json.dumps({'configs': [experiment.as_dict(configs[i]) for i in part],
+                        'corpora': paths, 'threads': threads, 'compiled': compiled,
+                        'compile_rnn': compile_rnn})
+            for part in parts]
+    pins = [[str(cores[n % len(cores)])] if len(parts) > 1 else [] for n in range(len(parts))]
+    started = time.perf_counter()
+    children = [subprocess.Popen([sys.executable, '-c', PEER_CODE, *pin], cwd=ROOT, env=env,
+                                 text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE) for pin in pins]
+    with concurrent.futures.ThreadPoolExecutor(len(children)) as pool:
+      outputs = list(pool.map(lambda c, j: c.communicate(j), children, jobs))
+    seconds = time.perf_counter() - started
+  records, workers = [None] * len(configs), []
+  for child, part, (stdout, stderr) in zip(children, parts, outputs):
+    if child.returncode != 0:
+      raise RuntimeError(f'a PyTorch peer process failed ({child.returncode}):\n'
+                         f'{(stdout + stderr)[-3000:]}')
+    result = json.loads(stdout.strip().splitlines()[-1])
+    if result['imported']:
+      raise RuntimeError(f'a PyTorch peer process imported {result["imported"]} (its time '
+                         'would include them)')
+    for i, record in zip(part, result.pop('records')):
       records[i] = record
-  return time.perf_counter() - started, phases, records
+    workers.append(result)
+  return {'seconds': seconds, 'records': records, 'workers': workers}
+
+
+def peer_rates(configs, records, workers: int) -> dict:
+  """tau -> run-steps per second of the step loops (steps 2 on), as workers x run-steps
+  / step-seconds summed over runs."""
+  done, spent = {}, {}
+  for config, record in zip(configs, records):
+    tau = config.truncation
+    done[tau] = done.get(tau, 0) + record['steps_done'] - 1
+    spent[tau] = spent.get(tau, 0.0) + record['steps_seconds']
+  return {tau: workers * done[tau] / spent[tau] if spent[tau] else math.nan for tau in done}
 
 
 # --- rnnjax through launch.sweep --------------------------------------------------------
 
-CONFIG_FILE = """\"\"\"The main job's sweep, {runs} run(s) at {steps} steps each (benchmarks.main_job_peer).\"\"\"
+CONFIG_FILE = """\"\"\"The main job, {runs} run(s) x {steps} steps (benchmarks.main_job_peer).\"\"\"
 from experiments.configs import char_lm as _main
 
 get_config = _main.get_config
@@ -295,47 +356,28 @@ def get_sweep():
 """
 
 
-def write_config(folder: pathlib.Path, overrides: list[dict]) -> pathlib.Path:
-  path = folder / 'char_lm_peer_config.py'
-  path.write_text(CONFIG_FILE.format(steps=overrides[0]['steps'], runs=len(overrides),
-                                     overrides=overrides))
-  return path
-
-
-def sweep_phases(workdir: pathlib.Path) -> dict:
-  """Seconds per phase from the runs' timing.json, each group's shared phases once and
-  the per-run report (evaluation and samples) summed; 'groups': their number."""
-  phases, seen = {}, set()
-  for path in sorted(workdir.glob('*/timing.json')):
-    timing = json.loads(path.read_text())
-    seconds = dict(timing['seconds'])
-    report = seconds.pop('report', 0.0)
-    seconds.pop('total', None)
-    shared = tuple(sorted(seconds.items()))
-    phases['report'] = phases.get('report', 0.0) + report
-    if shared not in seen:  # the runs of a group share the trainer's timer
-      seen.add(shared)
-      for name, value in seconds.items():
-        phases[name] = phases.get(name, 0.0) + value
-  phases['groups'] = len(seen)
-  return phases
-
-
-def run_launch_sweep(overrides: list[dict], cache: str) -> tuple[float, dict, list[dict]]:
+def run_launch_sweep(overrides: list[dict], cache: str) -> dict:
   """``python -m launch.sweep`` on a fresh temporary workdir, ``RNNJAX_COMPILATION_CACHE=cache``
   ('': off).
 
   Returns:
-    ``(seconds, phases (``sweep_phases``), summaries in run order)``.
+    ``{'seconds': wall time, 'summaries': in run order, 'phases': seconds per trainer
+    phase summed over jobs (each job's shared phases once, 'report' over runs),
+    'jobs': their number, 'rates': tau -> run-steps per second of the train_steps
+    phase, as workers (one per core) x run-steps / seconds summed over jobs}``.
 
   Raises:
     RuntimeError: with the output's tail, when the sweep fails.
   """
-  from launch import sweep
-  keys = sweep.swept_keys(overrides)
+  from rnnjax.train import folder
+  from rnnjax.train import plan
+  from rnnjax.train import sweep
+  names = plan.folder_names(overrides, sweep.swept_keys(overrides))
   with tempfile.TemporaryDirectory(prefix='main_job_peer_') as tmp:
     tmp = pathlib.Path(tmp)
-    config_file = write_config(tmp, overrides)
+    config_file = tmp / 'char_lm_peer_config.py'
+    config_file.write_text(CONFIG_FILE.format(steps=overrides[0]['steps'], runs=len(overrides),
+                                              overrides=overrides))
     workdir = tmp / 'sweep'
     env = dict(os.environ, RNNJAX_COMPILATION_CACHE=cache)
     started = time.perf_counter()
@@ -346,140 +388,149 @@ def run_launch_sweep(overrides: list[dict], cache: str) -> tuple[float, dict, li
     if result.returncode != 0:
       raise RuntimeError(f'launch.sweep failed ({result.returncode}):\n'
                          f'{(result.stdout + result.stderr)[-3000:]}')
-    phases = sweep_phases(workdir)
-    summaries = [json.loads((workdir / sweep.run_name(o, keys) / 'summary.json').read_text())
-                 for o in overrides]
-  return seconds, phases, summaries
+    summaries = [folder.read_json(workdir / name / folder.SUMMARY) for name in names]
+    timings = [folder.read_json(workdir / name / folder.TIMING) for name in names]
+  phases, seen, done, spent = {}, set(), {}, {}
+  for values, summary, timing in zip(overrides, summaries, timings):
+    shared = dict(timing['seconds'])
+    phases['report'] = phases.get('report', 0.0) + shared.pop('report', 0.0)
+    shared.pop('total', None)
+    tau = values['truncation']
+    job = (tau, tuple(sorted(shared.items())))  # the runs of a job share the trainer's seconds
+    if job in seen:
+      continue
+    seen.add(job)
+    for name, value in shared.items():
+      phases[name] = phases.get(name, 0.0) + value
+    done[tau] = done.get(tau, 0) + timing['group_size'] * summary['steps_done']
+    spent[tau] = spent.get(tau, 0.0) + shared['train_steps']
+  workers = len(os.sched_getaffinity(0))
+  return {'seconds': seconds, 'summaries': summaries, 'phases': phases, 'jobs': len(seen),
+          'rates': {tau: min(workers, len(seen)) * done[tau] / spent[tau] for tau in done}}
 
 
 # --- The table --------------------------------------------------------------------------
 
 def markdown(rows, columns) -> str:
+  """A Markdown table of ``rows`` (dicts) in ``columns``; floats to 3 significant digits."""
   def cell(v):
     if isinstance(v, float):
-      return f'{v:.3g}' if abs(v) < 1e4 else f'{v:,.0f}'
+      return '' if math.isnan(v) else f'{v:.3g}' if abs(v) < 1e4 else f'{v:,.0f}'
     return str(v)
   lines = ['| ' + ' | '.join(columns) + ' |', '|' + '---|' * len(columns)]
   lines += ['| ' + ' | '.join(cell(r.get(c, '')) for c in columns) + ' |' for r in rows]
   return '\n'.join(lines)
 
 
-def phase_line(phases: dict) -> str:
-  return ', '.join(f'{k} {v:.1f}' if isinstance(v, float) else f'{k} {v}'
-                   for k, v in phases.items())
-
-
-def rnnjax_losses(records) -> str:
-  values = [r['final_train_loss'] for r in records]
-  return (f'mean final train loss {np.nanmean(values):.3f} nats (the mean since the last '
-          f'logged step), diverged {sum(r["status"] == "diverged" for r in records)}')
-
-
-def torch_losses(records) -> str:
+def _torch_losses(records) -> str:
   values = [r['losses'][-1][1] for r in records]
-  return (f'mean final loss {np.nanmean(values):.3f} nats (of the last step), diverged '
+  return (f'mean loss at the last step {np.nanmean(values):.4f} nats, diverged '
           f'{sum(r["status"] == "diverged" for r in records)}')
 
 
-LABELS = {  # mode -> (variant, compilation, what the time includes)
-    'torch_script': ('PyTorch peer, fresh process', 'none',
-                     'python start, torch import, data, init, steps, loss at logged steps'),
-    'inprocess': ('rnnjax trainer.train in-process, cold', 'yes (no persistent cache)',
-                  'task (data), init, compile, steps, metrics + diagnostics at logged steps'),
-    'inprocess_compiled': ('rnnjax trainer.train in-process, same tasks again',
-                           'no (executables cached in memory)',
-                           'init, steps, metrics + diagnostics at logged steps'),
-    'sweep_cold': ('rnnjax launch.sweep, cold', "yes (RNNJAX_COMPILATION_CACHE='')",
-                   'processes, imports, data, init, compile, steps, metrics, TensorBoard, '
-                   'checkpoints, eval + samples, tables, plots'),
-    'sweep_cache_fill': ('rnnjax launch.sweep, cache filling', 'yes (and writes the cache)',
-                         'as cold'),
-    'sweep_warm': ('rnnjax launch.sweep, warm', 'cache hits (second run)', 'as cold'),
-}
+def _rnnjax_losses(summaries) -> str:
+  values = [s['train_loss_nats'] for s in summaries]
+  return (f'mean train loss since the last logged step {np.nanmean(values):.4f} nats, '
+          f'diverged {sum(s["status"] == "diverged" for s in summaries)}')
 
 
-def benchmark(overrides: list[dict], modes, threads: int = 2) -> tuple[list[dict], list[str]]:
-  """Times the variants in ``modes`` on the runs ``overrides``, interleaved: PyTorch
-  in-process first and last, the others between.
+def _largest_loss_difference(records, others) -> float:
+  """The largest relative difference of a logged loss between two peers' records."""
+  return max(abs(a - b) / abs(a) for r, o in zip(records, others)
+             for (_, a), (_, b) in zip(r['losses'], o['losses']) if math.isfinite(a))
+
+
+def benchmark(overrides: list[dict], modes, threads: int = 2,
+              compile_rnn: bool = False) -> tuple[list[dict], list[str]]:
+  """Times the variants in ``modes`` (module docstring) on the runs ``overrides``, in
+  the order torch_expert, sweep_cold, torch, sweep_warm, torch_compiled, torch_expert.
 
   Returns:
-    ``(rows, notes)``: a table row per variant and lines of where the time went.
+    ``(rows, notes)``: a table row per variant (keys 'variant', 'processes',
+    'wall s', f'steps/s tau={tau}', 'x end to end', f'x tau={tau}') and lines of what
+    each variant spent and computed.
   """
-  import torch
-  torch.set_num_threads(threads)
-  torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)  # torch's lazy imports
   configs = run_configs(overrides)
-  count = tokens(configs)
-  results, notes, torch_seconds, tasks = {}, [], [], {}
-  if 'torch' in modes:
-    seconds, records = train_torch_sweep(configs, threads)
-    torch_seconds.append(seconds)
-    notes.append(f'PyTorch peer, first: {seconds:.1f} s; {torch_losses(records)}')
-  if 'inprocess' in modes:
-    seconds, phases, records = train_rnnjax_in_process(configs, tasks)
-    results['inprocess'] = (seconds, phases)
-    notes.append(f'rnnjax in-process, cold: {seconds:.1f} s; trainer phases: '
-                 f'{phase_line(phases)}; {rnnjax_losses(records)}')
-  if 'torch_script' in modes:
-    seconds, output = run_torch_script(overrides, threads)
-    results['torch_script'] = (seconds, {})
-    notes.append(f'PyTorch peer, fresh process: {seconds:.1f} s, of which '
-                 f'{output["seconds"]:.1f} s in the sweep (the rest: python start and '
-                 f'imports); {torch_losses(output["records"])}')
-  cache_folder = None
+  taus = sorted({c.truncation for c in configs})
+  cores = len(os.sched_getaffinity(0))
+  expert = min(cores, len(configs))
+  results, notes, peers = {}, [], {}
+
+  def peer(mode, processes, threads_each, compiled=False):
+    out = run_peer(configs, processes, threads_each, compiled, compile_rnn)
+    peers.setdefault(mode, []).append(out)
+    workers = ', '.join(f'{w["seconds"]:.1f} s on cores {w["cores"]} ({w["threads"]} '
+                        'thread(s))' for w in out['workers'])
+    first = sum(r['first_step_seconds'] for r in out['records'])
+    starts = out['seconds'] - max(w['seconds'] for w in out['workers'])
+    notes.append(f'{mode}: {out["seconds"]:.1f} s, of which {starts:.1f} s before and after '
+                 f'the longest process\'s training (python start, imports); processes '
+                 f'(data, init, training): {workers}; first steps {first:.1f} s in all; '
+                 f'{_torch_losses(out["records"])}')
+    return out['seconds'], peer_rates(configs, out['records'], len(out['workers']))
+
+  if 'torch_expert' in modes:
+    results['torch_expert'] = [peer('torch_expert', expert, 1)]
+  cache = tempfile.mkdtemp(prefix='main_job_peer_xla_')
   try:
-    for mode in ('sweep_cold', 'sweep_cache_fill', 'sweep_warm'):
+    for mode in ('sweep_cold', 'torch', 'sweep_warm', 'torch_compiled'):
       if mode not in modes:
         continue
-      if mode != 'sweep_cold' and cache_folder is None:
-        cache_folder = tempfile.mkdtemp(prefix='main_job_peer_xla_')
-        if mode == 'sweep_warm':  # no cache-filling sweep before it: fill the cache, untimed
-          run_launch_sweep(overrides, cache_folder)
-      seconds, phases, summaries = run_launch_sweep(overrides,
-                                                    cache_folder if mode != 'sweep_cold' else '')
-      results[mode] = (seconds, phases)
-      inside = {k: v for k, v in phases.items() if k != 'groups'}
-      notes.append(f'launch.sweep {mode[6:].replace("_", " ")}: {seconds:.1f} s; its '
-                   f'{phases["groups"]} job(s) report {sum(inside.values()):.1f} s of '
-                   f'process time, summed over jobs that run side by side, one per core: '
-                   f'{phase_line(inside)} (report = eval + samples, all runs); beside them '
-                   f'process starts, imports, tables, plots; {rnnjax_losses(summaries)}')
+      if mode == 'torch':
+        results[mode] = [peer(mode, 1, threads)]
+      elif mode == 'torch_compiled':
+        results[mode] = [peer(mode, expert, 1, compiled=True)]
+      else:
+        if mode == 'sweep_warm' and 'sweep_cold' not in modes:
+          run_launch_sweep(overrides, cache)  # fills the cache, untimed
+        out = run_launch_sweep(overrides, cache)
+        results[mode] = [(out['seconds'], out['rates'])]
+        phases = ', '.join(f'{k} {v:.1f}' for k, v in out['phases'].items())
+        notes.append(f'{mode}: {out["seconds"]:.1f} s; its {out["jobs"]} job(s) report, '
+                     f'summed over jobs that run side by side, one per core: {phases} '
+                     f'(report: evaluation and samples, all runs); beside them the '
+                     f'processes\' starts and imports, the tables and the plot; '
+                     f'{_rnnjax_losses(out["summaries"])}')
   finally:
-    if cache_folder is not None:
-      import shutil
-      shutil.rmtree(cache_folder, ignore_errors=True)
-  if 'inprocess_compiled' in modes:
-    seconds, phases, _ = train_rnnjax_in_process(configs, tasks)
-    results['inprocess_compiled'] = (seconds, phases)
-    notes.append(f'rnnjax in-process, same tasks again: {seconds:.1f} s; trainer phases: '
-                 f'{phase_line(phases)}')
-  if 'torch' in modes:
-    seconds, _ = train_torch_sweep(configs, threads)
-    torch_seconds.append(seconds)
-    notes.append(f'PyTorch peer, last: {seconds:.1f} s')
+    shutil.rmtree(cache, ignore_errors=True)
+  if 'torch_expert' in modes:
+    results['torch_expert'].append(peer('torch_expert', expert, 1))
+  for mode in ('torch', 'torch_compiled'):  # the same work: the same losses, to rounding
+    if mode in peers and 'torch_expert' in peers:
+      difference = _largest_loss_difference(peers['torch_expert'][0]['records'],
+                                            peers[mode][0]['records'])
+      notes.append(f'largest relative difference of a logged loss, {mode} against '
+                   f'torch_expert: {difference:.1e}')
 
-  reference = float(np.mean(torch_seconds)) if torch_seconds else math.nan
+  pinned = f'{expert} pinned x 1 thread'
+  labels = {
+      'torch': ('PyTorch, one process', f'1 x {threads} threads'),
+      'torch_expert': ('PyTorch expert (mean of first and last)', pinned),
+      'torch_compiled': ('PyTorch expert + torch.compile'
+                         + (' (through nn.RNN)' if compile_rnn else ' (nn.RNN eager)'), pinned),
+      'sweep_cold': ('rnnjax launch.sweep, cold cache', f'{cores} pinned x 1 thread'),
+      'sweep_warm': ('rnnjax launch.sweep, warm cache', f'{cores} pinned x 1 thread'),
+  }
   rows = []
-  if torch_seconds:
-    rows.append({'variant': 'PyTorch peer, in-process (mean of first and last)',
-                 'compilation': 'none', 'includes': 'data, init, steps, loss at logged steps',
-                 'wall s': reference, 'tokens/s': count / reference, 'rnnjax / PyTorch': '1'})
-  for mode, (label, compiled, includes) in LABELS.items():
-    if mode in results:
-      seconds = results[mode][0]
-      rows.append({'variant': label, 'compilation': compiled, 'includes': includes,
-                   'wall s': seconds, 'tokens/s': count / seconds,
-                   'rnnjax / PyTorch': seconds / reference})
-  if 'inprocess' in results:  # the same measurement less its compile time
-    seconds, phases = results['inprocess']
-    seconds -= phases.get('compile', 0.0)
-    rows.append({'variant': 'rnnjax in-process, cold, less its compile time',
-                 'compilation': 'subtracted', 'includes': 'as in-process cold',
-                 'wall s': seconds, 'tokens/s': count / seconds,
-                 'rnnjax / PyTorch': seconds / reference})
-  if 'torch_script' in results:
-    rows[[r['variant'] for r in rows].index(LABELS['torch_script'][0])]['rnnjax / PyTorch'] = (
-        '(PyTorch)')
+  for mode in ('torch', 'torch_expert', 'torch_compiled', 'sweep_cold', 'sweep_warm'):
+    if mode not in results:
+      continue
+    measured = results[mode]
+    row = {'mode': mode, 'variant': labels[mode][0], 'processes': labels[mode][1],
+           'wall s': float(np.mean([seconds for seconds, _ in measured]))}
+    for tau in taus:
+      row[f'steps/s tau={tau}'] = float(np.mean([rates.get(tau, math.nan)
+                                                 for _, rates in measured]))
+    rows.append(row)
+  torch_rows = [row for row in rows if row['mode'].startswith('torch')]
+  if torch_rows:
+    fastest = min(torch_rows, key=lambda row: row['wall s'])
+    notes.append(f'fastest PyTorch variant end to end: {fastest["variant"]}')
+    best = {tau: max(row[f'steps/s tau={tau}'] for row in torch_rows) for tau in taus}
+    for row in rows:
+      row['x end to end'] = fastest['wall s'] / row['wall s']
+      for tau in taus:
+        row[f'x tau={tau}'] = row[f'steps/s tau={tau}'] / best[tau]
   return rows, notes
 
 
@@ -490,24 +541,34 @@ def main(argv):
   if unknown:
     raise SystemExit(f'error: --modes: unknown {sorted(unknown)}; expected some of {MODES}')
   import jax
-  import torch
-  torch.set_num_threads(_THREADS.value)
+  from experiments import char_lm
+  from rnnjax.train import experiment
+  from rnnjax.train import sweep
   overrides = sweep_overrides(_STEPS.value, _RUNS.value)
   configs = run_configs(overrides)
-  groups = groups_of(configs)
-  print(f'jax {jax.__version__} on {jax.devices()[0].platform}, torch {torch.__version__} '
-        f'({torch.get_num_threads()} threads), {len(os.sched_getaffinity(0))} cores; JAX '
-        f'persistent compilation cache in this process: '
-        f'{jax.config.jax_compilation_cache_dir or "off"}')
+  groups = {}
+  for config in configs:
+    key = experiment.group_key(char_lm.EXPERIMENT, config)
+    groups[key] = groups.get(key, 0) + 1
+  where = sweep.provenance()
+  print(f'{where["date"]} at {where["commit"]} on {where["host"]}: jax {jax.__version__}, '
+        f'torch {torch.__version__}, {len(os.sched_getaffinity(0))} cores; load average '
+        f'{" ".join(f"{v:.2f}" for v in os.getloadavg())} at the start')
   print(f'{len(configs)} runs x {_STEPS.value} steps (the main job: 20 x 1500), '
-        f'{tokens(configs):,} tokens; rnnjax trains them as {len(groups)} vmapped group(s) '
-        f'of {[len(g) for g in groups]} runs', flush=True)
-  rows, notes = benchmark(overrides, _MODES.value, _THREADS.value)
+        f'{tokens(configs):,} tokens; rnnjax trains them as {len(groups)} vmapped group(s) of '
+        f'{list(groups.values())} runs', flush=True)
+  started = datetime.datetime.now()
+  rows, notes = benchmark(overrides, _MODES.value, _THREADS.value, _COMPILE_RNN.value)
+  taus = sorted({c.truncation for c in configs})
   print()
-  print(markdown(rows, ['variant', 'compilation', 'wall s', 'tokens/s', 'rnnjax / PyTorch',
-                        'includes']))
+  print(markdown(rows, ['variant', 'processes', 'wall s']
+                 + [f'steps/s tau={tau}' for tau in taus] + ['x end to end']
+                 + [f'x tau={tau}' for tau in taus]))
   print()
-  print('Where the time went (seconds):')
+  print(f'{(datetime.datetime.now() - started).total_seconds():.0f} s in all; load average '
+        f'{" ".join(f"{v:.2f}" for v in os.getloadavg())} at the end. steps/s: run-steps per '
+        'second of training steps alone; x: against the fastest PyTorch variant of each '
+        'column (above 1: faster).')
   for note in notes:
     print(f'- {note}')
 

@@ -10,7 +10,7 @@ seconds, so back-to-back timings mislead). Forward and forward+backward
 GFLOP/s counts 2 B T (d H + H^2) for the forward pass and three times that
 for forward+backward. XLA temp is the compiled program's temporary memory.
 A large float32 GEMM gives the machine's ceiling. The second part (off with
---nosweep): 32 small character-LM runs (H = 64, T = 64, 200 steps) vmapped into
+--nosweep): 32 small character-LM runs (H = 64, T = 64, 200 steps, --sweep_steps) vmapped into
 one program against the same 32 runs one after another: the group on one
 device, and (on a machine of several cores) the group with its run axis
 split over one XLA CPU device a core (``config.layout='runs'``, in a child
@@ -36,12 +36,13 @@ import ml_collections
 import numpy as np
 import torch
 
-from launch import run
 from rnnjax import cells
 from rnnjax import fused
 from rnnjax import models
 from rnnjax import recurrence
 from rnnjax.data import text
+from rnnjax.train import experiment
+from rnnjax.train import job
 from rnnjax.train import tasks
 from rnnjax.train import trainer
 
@@ -53,6 +54,8 @@ _THREADS = flags.DEFINE_integer('torch_threads', 2, 'torch.set_num_threads.')
 _SWEEP = flags.DEFINE_boolean('sweep', True, 'Also time 32 vmapped runs against 32 solo runs.')
 _SWEEP_BATCHES = flags.DEFINE_list('sweep_batches', ['1', '16'],
                                    'Batch sizes of the 32 small runs of the sweep comparison.')
+_SWEEP_STEPS = flags.DEFINE_integer('sweep_steps', 200, 'Training steps of each of the 32 '
+                                    'small runs of the sweep comparison.', lower_bound=1)
 _GROUP_OVER_DEVICES = flags.DEFINE_integer(
     'group_over_devices', 0, 'Only time the group of 32 runs of this batch size split over '
     "this process's devices and print a JSON line (what --sweep runs in a child process).",
@@ -185,8 +188,9 @@ def _sweep_runs(batch, layout='auto', runs=32, steps=200):
     return tasks.init_language_model(model.clone(radius=config.spectral_radius), key)
 
   task = tasks.truncated_bptt(model, inputs, targets, init, None)
+  defaults = {name: field.default for name, field in experiment.TRAINER_FIELDS.items()}
   configs = [ml_collections.ConfigDict(dict(
-      seed=i, steps=steps, log_every=steps, checkpoint_every=0, optimizer='sgd',
+      defaults, seed=i, steps=steps, log_every=steps, checkpoint_every=0, optimizer='sgd',
       learning_rate=0.5, clipping='global_norm', clip_threshold=1.0, on_divergence='stop',
       spectral_radius=float(radius), layout=layout))
       for i, radius in enumerate(np.linspace(0.5, 1.5, runs))]
@@ -198,12 +202,12 @@ def _timed_training(task, group, repeats=2):
   fastest of ``repeats`` trainings (the same numbers each time)."""
   times = []
   for _ in range(repeats):
-    _, records, timer = trainer.train(task, group)
-    times.append(sum(v for k, v in timer.seconds.items() if k != 'compile'))
-  return [r['final_train_loss'] for r in records], min(times)
+    _, records, seconds = trainer.train(task, group)
+    times.append(sum(v for k, v in seconds.items() if k != 'compile'))
+  return [r['train_loss_nats'] for r in records], min(times)
 
 
-def sweep_comparison(batch):
+def sweep_comparison(batch, steps=200):
   """The 32 runs through the trainer (on this process's devices, layout auto): a group of 32
   against the same runs one after another (the step compiled once for all of them;
   compilation is not counted in either; each training the faster of two).
@@ -212,7 +216,7 @@ def sweep_comparison(batch):
     ``(solo seconds, group seconds, largest relative difference of a final loss between
     the two, solo final losses)``.
   """
-  task, configs = _sweep_runs(batch)
+  task, configs = _sweep_runs(batch, steps=steps)
   _timed_training(task, configs[:1], repeats=1)  # compile the one-run step
   solo = [_timed_training(task, [config]) for config in configs]
   _timed_training(task, configs, repeats=1)  # compile the group step
@@ -226,7 +230,7 @@ def _largest_relative_difference(reference, other):
   return max(abs(a - b) / abs(a) for a, b in zip(reference, other))
 
 
-def group_over_cores(batch, cores):
+def group_over_cores(batch, cores, steps=200):
   """The group of 32 with its run axis split over ``cores`` XLA CPU devices, one a core
   (``config.layout='runs'``), in a child process (the device count is fixed when XLA
   starts).
@@ -237,17 +241,17 @@ def group_over_cores(batch, cores):
   env = dict(os.environ, XLA_FLAGS=(os.environ.get('XLA_FLAGS', '') +
                                     f' --xla_force_host_platform_device_count={cores}'))
   child = subprocess.run([sys.executable, '-m', 'benchmarks.rnn_speed', '--shapes=',
-                          f'--group_over_devices={batch}'], env=env, capture_output=True,
-                         text=True, check=False)
+                          f'--group_over_devices={batch}', f'--sweep_steps={steps}'], env=env,
+                         capture_output=True, text=True, check=False)
   if child.returncode:
     raise RuntimeError(f'the group over {cores} devices failed:\n{child.stderr[-3000:]}')
   answer = json.loads(child.stdout.strip().splitlines()[-1])
   return answer['seconds'], answer['losses']
 
 
-def _print_group_over_devices(batch):
+def _print_group_over_devices(batch, steps):
   """The child's part of ``group_over_cores``: one JSON line."""
-  task, configs = _sweep_runs(batch, layout='runs')
+  task, configs = _sweep_runs(batch, layout='runs', steps=steps)
   _timed_training(task, configs, repeats=1)  # compile
   losses, seconds = _timed_training(task, configs)
   print(json.dumps({'seconds': seconds, 'losses': losses}))
@@ -296,10 +300,10 @@ def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)  # not the trainer's lines of every run
   if _GROUP_OVER_DEVICES.value:
-    run.keep_freed_memory()
-    _print_group_over_devices(_GROUP_OVER_DEVICES.value)
+    job.keep_freed_memory()
+    _print_group_over_devices(_GROUP_OVER_DEVICES.value, _SWEEP_STEPS.value)
     return
-  kept = run.keep_freed_memory()  # as launch.run; for every variant of this process alike
+  kept = job.keep_freed_memory()  # as a sweep's workers; for every variant of this process
   torch.set_num_threads(_THREADS.value)
   print(f'jax {jax.__version__} on {jax.devices()[0].platform}, torch {torch.__version__} '
         f'({torch.get_num_threads()} threads); float32 GEMM ceiling '
@@ -323,16 +327,17 @@ def main(argv):
     here = f'{len(jax.devices())} {jax.default_backend()} device(s)'
     split = cores > 1 and jax.default_backend() == 'cpu' and len(jax.devices()) == 1
     for batch in map(int, _SWEEP_BATCHES.value):
-      solo, group, difference, solo_losses = sweep_comparison(batch)
-      line = (f'sweep of 32 runs (H=64, T=64, B={batch}, 200 steps): one by one {solo:.1f} s, '
-              f'vmapped on {here} {group:.1f} s ({solo / group:.1f}x, final losses within '
-              f'{difference:.1e} relative of the runs one by one)')
+      solo, group, difference, solo_losses = sweep_comparison(batch, _SWEEP_STEPS.value)
+      line = (f'sweep of 32 runs (H=64, T=64, B={batch}, {_SWEEP_STEPS.value} steps): one by '
+              f'one {solo:.1f} s, vmapped on {here} {group:.1f} s ({solo / group:.1f}x, final '
+              f'losses within {difference:.1e} relative of the runs one by one)')
       if split:
-        spread, losses = group_over_cores(batch, cores)
+        spread, losses = group_over_cores(batch, cores, _SWEEP_STEPS.value)
         line += (f', vmapped over {cores} CPU devices (one a core, runs split over them) '
                  f'{spread:.1f} s ({solo / spread:.1f}x, within '
                  f'{_largest_relative_difference(solo_losses, losses):.1e})')
       print(line, flush=True)
+
 
 if __name__ == '__main__':
   app.run(main)
