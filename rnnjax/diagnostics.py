@@ -1,15 +1,19 @@
 """Gradient diagnostics: dL/dh_t for every t in one backward pass.
 
 For h_t = phi(x_t W_xh + h_{t-1} W_hh + b) the gradient of a late loss with
-respect to an early state is a product of Jacobians (seed notes 000, 001):
+respect to an early state is a product of Jacobians:
 
   dL/dh_k = dL/dh_t  prod_{j=k+1..t} diag(1 - h_j^2) W_hh^T   (row layout)
 
-and its norm vanishes or explodes geometrically with the distance t - k.
+and its norm vanishes or explodes geometrically with the distance t - k (the
+long-run rate is the largest Lyapunov exponent, ``rnnjax.lyapunov``). Every
+norm here is taken without overflow (``rnnjax.norms``), and the products are
+carried rescaled, so a norm is inf only where it is beyond the dtype's range.
 
 References:
   Pascanu, Mikolov & Bengio (2013), "On the difficulty of training recurrent
-  neural networks", eq. 5-7.
+  neural networks", eq. 5-7; ``docs/reference_numbers.md`` (the worked
+  gradient-norm examples).
 """
 
 import math
@@ -20,12 +24,19 @@ import jax.numpy as jnp
 import numpy as np
 
 from rnnjax import cells
+from rnnjax import norms as norms_
 from rnnjax import recurrence
+
+__all__ = ['PROFILE_DISTANCES', 'state_gradients', 'profile_distances', 'gradient_norm_profile',
+           'Probe', 'profile', 'recurrent_matrix', 'largest_singular_value',
+           'jacobian_product_norms', 'growth_rate', 'norm_table']
 
 PROFILE_DISTANCES = (1, 2, 5, 10, 20, 40)
 
 
-def state_gradients(cell, params, inputs, initial_state, loss_fn, lengths=None):
+def state_gradients(cell: Callable, params: Any, inputs: jax.typing.ArrayLike,
+                    initial_state: jax.typing.ArrayLike, loss_fn: Callable[[jax.Array], jax.Array],
+                    lengths: jax.typing.ArrayLike | None = None) -> tuple[jax.Array, jax.Array]:
   """dL/dh_t for every step t, in one forward and one backward pass.
 
   A zero perturbation e_t is added to each state inside the scan
@@ -50,6 +61,9 @@ def state_gradients(cell, params, inputs, initial_state, loss_fn, lengths=None):
   Raises:
     ValueError: for inputs not of rank 3, an initial state not ``[B, H]``, or
       lengths not ``<int>[B]`` in [0, T] (values checked when concrete).
+
+  References:
+    Pascanu, Mikolov & Bengio (2013), eq. 5 (dL/dh_k as the sum over later losses).
   """
   if jnp.ndim(initial_state) != 2:
     raise ValueError(f'initial_state: expected one [B, H] array, got shape '
@@ -74,7 +88,8 @@ def state_gradients(cell, params, inputs, initial_state, loss_fn, lengths=None):
   return loss, jnp.swapaxes(grads, 0, 1)
 
 
-def profile_distances(truncation: int, distances=PROFILE_DISTANCES) -> tuple[int, ...]:
+def profile_distances(truncation: int,
+                      distances: tuple[int, ...] = PROFILE_DISTANCES) -> tuple[int, ...]:
   """The distances k of ``distances`` that fit in a window of tau steps (k < tau).
 
   Raises:
@@ -86,7 +101,7 @@ def profile_distances(truncation: int, distances=PROFILE_DISTANCES) -> tuple[int
   return tuple(k for k in distances if k < truncation)
 
 
-def _checked_distances(distances, last: int) -> tuple[int, ...]:
+def _checked_distances(distances: Any, last: float) -> tuple[int, ...]:
   """``distances`` as a tuple of ints in [1, last], or a ValueError naming it."""
   try:
     values = tuple(distances)
@@ -102,7 +117,8 @@ def _checked_distances(distances, last: int) -> tuple[int, ...]:
   return values
 
 
-def gradient_norm_profile(gradients, distances, lengths=None):
+def gradient_norm_profile(gradients: jax.typing.ArrayLike, distances: Any,
+                          lengths: jax.typing.ArrayLike | None = None) -> jax.Array:
   """||dL/dh_{T-k}|| / ||dL/dh_T|| for each k in ``distances``.
 
   With ``lengths``, T is each sequence's own last step (``lengths - 1``), and
@@ -123,6 +139,9 @@ def gradient_norm_profile(gradients, distances, lengths=None):
   Raises:
     ValueError: for gradients not of rank 3, distances that are not ints in
       [1, T - 1], or lengths not ``<int>[B]`` in [1, T].
+  References:
+    Pascanu, Mikolov & Bengio (2013), eq. 5-7; ``docs/reference_numbers.md``
+    (the gradient-norm table).
   """
   if jnp.ndim(gradients) != 3:
     raise ValueError(f'gradients: expected rank 3 [B, T, H], got shape {jnp.shape(gradients)}')
@@ -136,16 +155,15 @@ def gradient_norm_profile(gradients, distances, lengths=None):
   if not distances:
     return jnp.zeros((0,), gradients.dtype)
   if lengths is None:
-    norms = jnp.sqrt(jnp.sum(gradients ** 2, axis=(0, 2)))  # [T]
+    norms = norms_.vector_norm(gradients, axis=(0, 2))  # [T]
     return jnp.stack([norms[last - k] for k in distances]) / norms[last]
   lengths = recurrence.as_lengths(lengths, last + 1)
   aligned = recurrence.reverse_within_lengths(gradients, lengths)  # [b, k] = step len_b - 1 - k
-  squares = jnp.sum(aligned ** 2, axis=2)  # [B, T]
   ratios = []
   for k in distances:
-    counted = lengths > k
-    ratios.append(jnp.sqrt(jnp.sum(jnp.where(counted, squares[:, k], 0.0))) /
-                  jnp.sqrt(jnp.sum(jnp.where(counted, squares[:, 0], 0.0))))
+    counted = (lengths > k)[:, None]
+    ratios.append(norms_.vector_norm(jnp.where(counted, aligned[:, k], 0.0), axis=(0, 1)) /
+                  norms_.vector_norm(jnp.where(counted, aligned[:, 0], 0.0), axis=(0, 1)))
   return jnp.stack(ratios)
 
 
@@ -166,14 +184,14 @@ class Probe(NamedTuple):
   lengths: Any = None  # optional <int32>[B]: each sequence's last step is lengths - 1
 
 
-def profile(probe: Probe, distances) -> jax.Array:
+def profile(probe: Probe, distances: Any) -> jax.Array:
   """``gradient_norm_profile`` of a ``Probe``: ``<float32>[len(distances)]``."""
   _, gradients = state_gradients(probe.cell, probe.params, probe.inputs, probe.initial_state,
                                  probe.loss, probe.lengths)
   return gradient_norm_profile(gradients, distances, probe.lengths)
 
 
-def recurrent_matrix(cell_params) -> jax.Array:
+def recurrent_matrix(cell_params: dict) -> jax.Array:
   """The ``[H, H]`` recurrent matrix of a cell whose spectral radius is reported:
   the Elman cell's W_hh; for GRU and LSTM (PyTorch's gate order) the block of
   W_h that feeds the candidate, GRU's n and LSTM's g (block 2 of 3 and of 4)."""
@@ -183,8 +201,9 @@ def recurrent_matrix(cell_params) -> jax.Array:
   return cell_params['W_h'][:, 2 * hidden:3 * hidden]
 
 
-def largest_singular_value(matrix) -> jax.Array:
-  """sigma_max of a ``[H, H]`` matrix (its spectral norm).
+def largest_singular_value(matrix: jax.typing.ArrayLike) -> jax.Array:
+  """sigma_max of a ``[H, H]`` matrix (its spectral norm), computed on the matrix scaled by
+  a power of two (``rnnjax.norms``): no overflow where sigma_max fits the dtype.
 
   Raises:
     ValueError: for a matrix that is not square ``[H, H]``, H >= 1.
@@ -192,10 +211,19 @@ def largest_singular_value(matrix) -> jax.Array:
   shape = jnp.shape(matrix)
   if len(shape) != 2 or shape[0] != shape[1] or not shape[0]:
     raise ValueError(f'matrix: expected a square [H, H] array, H >= 1, got shape {shape}')
-  return jnp.linalg.norm(matrix, ord=2)
+  return _spectral_norm(jnp.asarray(matrix))
 
 
-def jacobian_product_norms(states, w_hh, distances, activation: str = 'tanh'):
+def _spectral_norm(matrix: jax.Array) -> jax.Array:
+  """``[..., H, H]`` -> ``[...]``: 2^e ||matrix 2^-e||_2, 2^e just above the largest magnitude."""
+  exponent = norms_.scale_exponent(jnp.max(jnp.abs(matrix), axis=(-2, -1)))
+  return jnp.ldexp(jnp.linalg.norm(jnp.ldexp(matrix, -exponent[..., None, None]), ord=2,
+                                   axis=(-2, -1)), exponent)
+
+
+def jacobian_product_norms(states: jax.typing.ArrayLike, w_hh: jax.typing.ArrayLike,
+                           distances: Any,
+                           activation: str = 'tanh') -> tuple[jax.Array, jax.Array]:
   """Spectral norms of the Jacobian products that carry gradients back in time.
 
   For the last step t = T - 1 and each distance n in ``distances``, the norm of
@@ -218,8 +246,8 @@ def jacobian_product_norms(states, w_hh, distances, activation: str = 'tanh'):
       are not ints in [1, T - 1] (at least one).
 
   References:
-    Pascanu, Mikolov & Bengio (2013), eq. 7; seed note 001, "why the product
-    explodes or vanishes".
+    Pascanu, Mikolov & Bengio (2013), eq. 7; ``docs/reference_numbers.md``
+    (why the product explodes or vanishes).
   """
   if jnp.ndim(states) != 3:
     raise ValueError(f'states: expected rank 3 [B, T, H], got shape {jnp.shape(states)}')
@@ -232,13 +260,20 @@ def jacobian_product_norms(states, w_hh, distances, activation: str = 'tanh'):
   longest = max(distances)
   derivatives = cells.activation_derivative(states, activation)  # [B, T, H]
   # Row layout: a perturbation e of h_{t-n} reaches h_t as e M_n with
-  # M_n = W D_{t-n+1} W D_{t-n+2} ... W D_t, so M_{n+1} = W D_{t-n} M_n.
+  # M_n = W D_{t-n+1} W D_{t-n+2} ... W D_t, so M_{n+1} = W D_{t-n} M_n. M_n is carried as
+  # 2^e P with P's entries below 1 (``norms.scale_exponent``; e an int, no rounding): P stays
+  # in range, and ||M_n|| = 2^e ||P|| is inf only where it is past the dtype's range
+  # (rho = 1.5 passes float32's in about 220 steps).
   def one_sequence(derivative):
-    def step(product, d):
+    def step(carry, d):
+      product, exponent = carry
       product = (w_hh * d[None, :]) @ product
-      return product, jnp.linalg.norm(product, ord=2)
+      shift = norms_.scale_exponent(jnp.max(jnp.abs(product)))
+      product, exponent = jnp.ldexp(product, -shift), exponent + shift
+      return (product, exponent), jnp.ldexp(jnp.linalg.norm(product, ord=2), exponent)
     reversed_derivatives = derivative[::-1][:longest]  # D_t, D_{t-1}, ...
-    _, norms = jax.lax.scan(step, jnp.eye(w_hh.shape[0], dtype=w_hh.dtype), reversed_derivatives)
+    start = (jnp.eye(w_hh.shape[0], dtype=w_hh.dtype), jnp.zeros((), jnp.int32))
+    _, norms = jax.lax.scan(step, start, reversed_derivatives)
     return norms  # norms[n - 1] = ||M_n||
   norms = jax.vmap(one_sequence)(derivatives)
   index = jnp.asarray(distances) - 1
@@ -246,7 +281,7 @@ def jacobian_product_norms(states, w_hh, distances, activation: str = 'tanh'):
   return norms[:, index], bounds
 
 
-def growth_rate(ratios, distances):
+def growth_rate(ratios: jax.typing.ArrayLike, distances: Any) -> jax.Array:
   """Per-step growth (||dL/dh_{t-k}|| / ||dL/dh_t||)^(1/k) for each k.
 
   Below 1 the gradient vanishes geometrically, above 1 it explodes; compare
@@ -261,6 +296,10 @@ def growth_rate(ratios, distances):
 
   Raises:
     ValueError: for distances that are not ints >= 1, one per ratio.
+  References:
+    Pascanu, Mikolov & Bengio (2013), section 2.1 (the product of Jacobians
+    shrinks or grows geometrically); its long-run rate is the largest
+    Lyapunov exponent (``rnnjax.lyapunov``).
   """
   distances = _checked_distances(distances, math.inf)
   if jnp.shape(ratios)[-1:] != (len(distances),):
@@ -269,7 +308,7 @@ def growth_rate(ratios, distances):
   return ratios ** (1.0 / jnp.asarray(distances, jnp.float32))
 
 
-def norm_table(row_name: str, rows: dict, columns) -> tuple[str, str]:
+def norm_table(row_name: str, rows: dict, columns: Any) -> tuple[str, str]:
   """A gradient-norm table as Markdown and as CSV text.
 
   Args:

@@ -38,9 +38,8 @@ References:
   exponents for smooth dynamical systems and for Hamiltonian systems; a method
   for computing all of them", Meccanica 15 (the QR method).
   Engelken, Wolf & Abbott (2023), "Lyapunov spectra of chaotic recurrent
-  neural networks", Physical Review Research 5, 043044 (arXiv 2006.02427),
-  section II and appendix A (the algorithm for RNNs, reorthonormalisation
-  intervals, transient).
+  neural networks", arXiv 2006.02427 (the algorithm for RNNs, the interval
+  between reorthonormalisations, the transient).
   Engelken (2023), "Gradient flossing: improving gradient descent through
   dynamic control of Jacobians", NeurIPS (arXiv 2312.17306).
 """
@@ -123,7 +122,7 @@ def lyapunov_spectrum(cell: Cell, params: Any, inputs: jax.typing.ArrayLike, ini
       one floating dtype.
 
   References:
-    Benettin et al. (1980); Engelken, Wolf & Abbott (2023), appendix A.
+    Benettin et al. (1980); Engelken, Wolf & Abbott (2023), arXiv 2006.02427.
   """
   recurrence.check_inputs(inputs, initial_state, lengths)
   dtype = recurrence.compute_dtype(params) or jnp.dtype(jnp.float32)
@@ -208,8 +207,9 @@ def flossing_loss(cell: Cell, params: Any, inputs: jax.typing.ArrayLike, initial
     ValueError: as ``lyapunov_spectrum``.
 
   References:
-    Engelken (2023), "Gradient flossing", NeurIPS, eq. 3 (the flossing loss)
-    and section 4 (flossing before and during training).
+    Engelken (2023), "Gradient flossing: improving gradient descent through
+    dynamic control of Jacobians", NeurIPS (arXiv 2312.17306): the loss of
+    squared top exponents, flossing before and during training.
   """
   exponents = lyapunov_spectrum(cell, params, inputs, initial_state, k, transient,
                                 reorthonormalize_every, lengths, key)

@@ -53,20 +53,26 @@ References:
   neural networks", section 3.3, eq. 9-10.
 """
 
+from typing import Callable
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from rnnjax import cells
 from rnnjax import diagnostics
+from rnnjax import norms
 from rnnjax import recurrence
+
+__all__ = ['RATIOS', 'REDUCTIONS', 'REFERENCE_BOUND', 'omega', 'omega_value_and_grad',
+           'omega_penalty']
 
 RATIOS = ('squared_norm', 'norm')
 REDUCTIONS = ('mean', 'sum')
 REFERENCE_BOUND = 1e-20  # RNN.py, state['bound']: smallest ||dE/dh_t||^2 kept
 
 
-def _check_options(activation, ratio, reduction, bound):
+def _check_options(activation: str, ratio: str, reduction: str, bound: float) -> None:
   if activation not in cells.ACTIVATIONS:
     raise ValueError(f'activation: expected one of {sorted(cells.ACTIVATIONS)}, '
                      f'got {activation!r}')
@@ -78,8 +84,10 @@ def _check_options(activation, ratio, reduction, bound):
     raise ValueError(f'bound: expected a finite value >= 0, got {bound!r}')
 
 
-def omega(w_hh, states, state_gradients, activation: str = 'tanh', lengths=None,
-          ratio: str = 'squared_norm', reduction: str = 'mean', bound: float = REFERENCE_BOUND):
+def omega(w_hh: jax.typing.ArrayLike, states: jax.typing.ArrayLike,
+          state_gradients: jax.typing.ArrayLike, activation: str = 'tanh',
+          lengths: jax.typing.ArrayLike | None = None, ratio: str = 'squared_norm',
+          reduction: str = 'mean', bound: float = REFERENCE_BOUND) -> jax.Array:
   """The regularizer Omega of an Elman network, from its states and dE/dh_t.
 
   With g_t = dE/dh_t and phi'_t = phi'(a_t) of each sequence, the term of
@@ -88,6 +96,11 @@ def omega(w_hh, states, state_gradients, activation: str = 'tanh', lengths=None,
   raised to the power 2 (ratio='squared_norm') or 1 ('norm'), minus 1,
   squared. A pair (t, b) is kept where ||g_t||^2 >= ``bound`` and t <
   lengths[b]; the others contribute 0.
+
+  No norm is a plain sum of squares (``rnnjax.norms``): each g_t is scaled
+  by a power of two before the product with W_hh^T (r_t does not depend on
+  g_t's scale), so dE/dh_t up to float32's largest value gives the float64
+  value of Omega.
 
   ``state_gradients`` pass through ``jax.lax.stop_gradient`` (eq. 10), so
   the gradient of Omega reaches W_hh through the explicit W_hh^T and, if the
@@ -139,28 +152,33 @@ def omega(w_hh, states, state_gradients, activation: str = 'tanh', lengths=None,
     alive = (jnp.arange(steps)[None, :] < recurrence.as_lengths(lengths, steps)[:, None])
     errors = jnp.where(alive[..., None], errors, 0.0)
     states = jnp.where(alive[..., None], states, 0.0)
-  sent_back = (errors * cells.activation_derivative(states, activation)) @ w_hh.T  # [B, T, H]
-  numerator = jnp.sum(sent_back ** 2, axis=-1)  # [B, T]
-  denominator = jnp.sum(errors ** 2, axis=-1)
-  kept = ~(denominator < bound)  # a NaN gradient is kept: Omega says so
+  # No sum of squares: |dE/dh| of 1e19 squares past float32's range (a ratio of two such sums
+  # is NaN or inf). r_t does not change when g_t is scaled, here by the power of two just
+  # above its largest magnitude (``norms.scale_exponent``), and the norms scale by theirs.
+  error_norm = norms.vector_norm(errors)  # [B, T]
+  exponent = norms.scale_exponent(jnp.max(jnp.abs(errors), axis=-1, keepdims=True, initial=0.0))
+  unit = jnp.ldexp(errors, -exponent)
+  sent_back = (unit * cells.activation_derivative(states, activation)) @ w_hh.T  # [B, T, H]
+  kept = ~(error_norm < np.sqrt(bound))  # ||g||^2 >= bound; a NaN gradient is kept: Omega says so
   if lengths is not None:
     kept = kept & alive
-  squared_ratio = numerator / jnp.where(kept, denominator, 1.0)
-  if ratio == 'squared_norm':
-    value = squared_ratio
-  else:  # a zero ratio gets a zero gradient, not sqrt's infinite one
-    positive = squared_ratio > 0
-    value = jnp.where(positive, jnp.sqrt(jnp.where(positive, squared_ratio, 1.0)), 0.0)
+  unit_norm = norms.vector_norm(unit)
+  # r_t, with a zero gradient where it is 0 (the norm's own rule)
+  ratio_t = norms.vector_norm(sent_back) / jnp.where(kept, unit_norm, 1.0)
+  value = ratio_t ** 2 if ratio == 'squared_norm' else ratio_t
   terms = jnp.where(kept, (value - 1.0) ** 2, 0.0)
   if reduction == 'mean':
     return jnp.sum(terms) / jnp.maximum(jnp.sum(kept), 1)
   return jnp.sum(terms) / max(batch, 1)
 
 
-def omega_value_and_grad(params, inputs, initial_state, state_gradients,
-                         activation: str = 'tanh', lengths=None, through_states: bool = False,
-                         ratio: str = 'squared_norm', reduction: str = 'mean',
-                         bound: float = REFERENCE_BOUND):
+def omega_value_and_grad(params: dict, inputs: jax.typing.ArrayLike,
+                         initial_state: jax.typing.ArrayLike,
+                         state_gradients: jax.typing.ArrayLike, activation: str = 'tanh',
+                         lengths: jax.typing.ArrayLike | None = None,
+                         through_states: bool = False, ratio: str = 'squared_norm',
+                         reduction: str = 'mean',
+                         bound: float = REFERENCE_BOUND) -> tuple[jax.Array, dict]:
   """Omega of an Elman network and its gradient with respect to the cell params.
 
   The states are recomputed from ``params`` (``recurrence.scan`` of
@@ -207,9 +225,11 @@ def omega_value_and_grad(params, inputs, initial_state, state_gradients,
   return jax.value_and_grad(of_params)(params)
 
 
-def omega_penalty(params, inputs, initial_state, loss_fn, activation: str = 'tanh',
-                  lengths=None, states=None, ratio: str = 'squared_norm',
-                  reduction: str = 'mean', bound: float = REFERENCE_BOUND):
+def omega_penalty(params: dict, inputs: jax.typing.ArrayLike,
+                  initial_state: jax.typing.ArrayLike, loss_fn: Callable[[jax.Array], jax.Array],
+                  activation: str = 'tanh', lengths: jax.typing.ArrayLike | None = None,
+                  states: jax.typing.ArrayLike | None = None, ratio: str = 'squared_norm',
+                  reduction: str = 'mean', bound: float = REFERENCE_BOUND) -> jax.Array:
   """Omega of an Elman layer as a term of a loss, differentiable as eq. 10.
 
   dE/dh_t is ``diagnostics.state_gradients`` of ``loss_fn`` (one forward and

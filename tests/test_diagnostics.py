@@ -198,3 +198,27 @@ def test_small_arguments_of_the_diagnostics_are_checked():
   with pytest.raises(ValueError, match=r'matrix: expected a square \[H, H\] array, H >= 1, got '
                                        r'shape \(0, 0\)'):
     initializers.spectral_radius(jnp.zeros((0, 0)))
+
+
+def test_norms_of_huge_gradients_and_long_products_do_not_overflow():
+  """The profile of dL/dh_t does not depend on its scale (at 1e25 the sums of squares passed
+  float32's range: inf / inf); ||W^n|| = 1.5^n for a linear W = 1.5 Q up to n = 218 (2.5e38)
+  and inf past float32's range; sigma_max of an orthogonal Q scaled to 2e38 is 2e38."""
+  rng = np.random.default_rng(3)
+  grads = jnp.asarray(rng.normal(size=(2, T, H)), jnp.float32)
+  distances = (1, 2, 5, 10)
+  lengths = jnp.asarray([T, 7])
+  for scale in (1e25, 1e-25):
+    np.testing.assert_allclose(diagnostics.gradient_norm_profile(grads * scale, distances),
+                               diagnostics.gradient_norm_profile(grads, distances), rtol=1e-5)
+    np.testing.assert_allclose(
+        diagnostics.gradient_norm_profile(grads * scale, distances, lengths),
+        diagnostics.gradient_norm_profile(grads, distances, lengths), rtol=1e-5)
+  w_hh = jnp.asarray(1.5 * orthogonal_float64(0, H), jnp.float32)
+  distances = (100, 200, 218, 240)
+  norms, bounds = jax.jit(diagnostics.jacobian_product_norms, static_argnums=(2, 3))(
+      jnp.zeros((1, 241, H)), w_hh, distances, 'linear')
+  np.testing.assert_allclose(norms[0, :3], [1.5 ** n for n in distances[:3]], rtol=1e-4)
+  assert float(norms[0, 3]) == np.inf and float(bounds[3]) == np.inf
+  np.testing.assert_allclose(diagnostics.largest_singular_value(w_hh * 2e38 / 1.5), 2e38,
+                             rtol=1e-5)

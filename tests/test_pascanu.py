@@ -161,6 +161,33 @@ def test_omega_gradient_equals_central_differences():
         assert (np.abs(grads[name]).max() > 1e-3) == through
 
 
+def test_omega_of_state_gradients_past_float32_squares():
+  """Issue 26: dE/dh_t of magnitude 1.5e19 gave Omega 0.876855 against float64's 0.834285 (its
+  sums of squares overflowed float32), NaN or exactly 1.0 beyond. Omega does not depend on the
+  scale of dE/dh_t: at 1.5e19, 1e30 and 3e38 it equals the float64 value of the formula
+  computed in numpy, and its gradient equals the one at unit scale."""
+  params = cells.init_elman(jax.random.key(3), 3, 4, 'gaussian', radius=0.8)
+  inputs = jax.random.normal(jax.random.key(4), (2, 6, 3))
+  states, _ = recurrence.scan(cells.elman('tanh'), params, inputs, jnp.zeros((2, 4)))
+  _, errors = diagnostics.state_gradients(cells.elman('tanh'), params, inputs, jnp.zeros((2, 4)),
+                                          lambda s: jnp.sum(s ** 2))
+  unit = errors / jnp.max(jnp.abs(errors))
+  w_hh = np.asarray(params['W_hh'], np.float64)
+  g, h = np.asarray(unit, np.float64), np.asarray(states, np.float64)
+  ratios = (np.linalg.norm((g * (1 - h ** 2)) @ w_hh.T, axis=-1) / np.linalg.norm(g, axis=-1))
+  expected = {('squared_norm', 'mean'): np.mean((ratios ** 2 - 1) ** 2),
+              ('norm', 'sum'): np.sum((ratios - 1) ** 2) / 2}
+  omega_and_grad = jax.jit(jax.value_and_grad(regularizers.omega), static_argnums=(3, 5, 6))
+  for (ratio, reduction), value in expected.items():
+    _, unit_grad = omega_and_grad(params['W_hh'], states, unit, 'tanh', None, ratio, reduction)
+    for scale in (1.5e19, 1e30, 3e38):
+      omega, grad = omega_and_grad(params['W_hh'], states, unit * scale, 'tanh', None, ratio,
+                                   reduction)
+      np.testing.assert_allclose(omega, value, rtol=1e-5, err_msg=f'{ratio} {scale}')
+      np.testing.assert_allclose(grad, unit_grad, rtol=1e-5, atol=1e-7)
+  assert 0.5 < expected[('squared_norm', 'mean')] < 2  # a value away from 0 and 1
+
+
 def test_omega_errors():
   w, states = jnp.eye(2), jnp.zeros((1, 3, 2))
   with pytest.raises(ValueError, match=r'state_gradients: expected the shape of states'):
