@@ -33,7 +33,8 @@ end of its last:
                    machine's speed drifts); its row is the mean of the two.
   torch_compiled   torch_expert with the window's loss (the model's forward and
                    the cross-entropy; the backward through AOTAutograd)
-                   ``torch.compile``d, in a fresh inductor cache, so that its
+                   ``torch.compile``d (``dynamic=False``: a program for each
+                   tau's shapes), in a fresh inductor cache, so that its
                    compilation counts. Dynamo stops its graph at nn.RNN (the
                    recurrence runs eagerly) unless ``--compile_rnn``
                    (``torch._dynamo.config.allow_rnn``), which unrolls it.
@@ -237,7 +238,7 @@ def train_share(job: dict) -> dict:
   window_loss = torch_window_loss
   if job['compiled']:
     torch._dynamo.config.allow_rnn = bool(job['compile_rnn'])  # pylint: disable=protected-access
-    window_loss = torch.compile(torch_window_loss)
+    window_loss = torch.compile(torch_window_loss, dynamic=False)  # a program per tau
   data, records = {}, []
   for values in job['configs']:
     config = types.SimpleNamespace(**values)
