@@ -227,4 +227,5 @@ EXPERIMENT = experiment.Experiment(
     },
     report=('valid_perplexity', 'test_perplexity', 'test_word_perplexity', 'train_loss_nats',
             'final_measured_spectral_radius'),
-    vmappable=('spectral_radius', 'recurrent_init'))
+    vmappable=('spectral_radius', 'recurrent_init'),
+    plots=(('curve', 'loss'),))

@@ -85,7 +85,8 @@ def task(config) -> trainer.Task:
   def init(run_config, key):
     key_cell, key_out = jax.random.split(key)
     return {'cell': cells.init_elman(key_cell, input_size, hidden, run_config.recurrent_init,
-                                     radius=run_config.spectral_radius),
+                                     radius=run_config.spectral_radius,
+                                     input_scale=run_config.input_scale or None),
             'W_out': jax.random.normal(key_out, (hidden, outputs)) / math.sqrt(hidden),
             'b_out': jnp.zeros((outputs,))}
 
@@ -114,7 +115,9 @@ def task(config) -> trainer.Task:
             'success': bool(math.isfinite(error) and error < run_config.success_threshold)}
 
   return trainer.Task(init=init, loss=loss, batch=lambda step: {}, probe=probe,
-                      recurrent_weight=lambda params: params['cell']['W_hh'], report=report)
+                      recurrent_weight=lambda params: params['cell']['W_hh'], report=report,
+                      solved=lambda run_config, params: report(run_config, params)['success'],
+                      solved_every=config.solved_every)
 
 
 def _positive(value) -> bool:
@@ -140,7 +143,11 @@ EXPERIMENT = experiment.Experiment(
         'test_size': Field(1000, experiment.integer(1)),
         'success_threshold': Field(0.01, experiment.Check('a value > 0', _positive),
                                    'test error: MSE (adding), error rate (others)'),
+        'input_scale': Field(0.0, experiment.number(0), 'W_xh ~ N(0, input_scale^2) (0: '
+                             '1/sqrt(d))'),
+        'solved_every': Field(0, experiment.integer(0), 'steps between success checks on the '
+                              'test sequences; a run that succeeded stops (0: never checked)'),
     },
-    report=('test_error', 'success', 'train_loss_nats', 'clipped_fraction'),
+    report=('test_error', 'success', 'solved_step', 'train_loss_nats', 'clipped_fraction'),
     vmappable=('seed', 'recurrent_init', 'spectral_radius'),
     plots=(('heatmap', 'success', 'length', ('clipping', 'clip_threshold')),))

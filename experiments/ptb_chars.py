@@ -71,9 +71,12 @@ def model_for(config, vocab_size: int) -> models.LanguageModel:
                               radius=config.spectral_radius)
 
 
-def with_omega(model, task: trainer.Task, omega_weight: float) -> trainer.Task:
+def with_omega(model, task: trainer.Task, omega_weight: float,
+               decay_steps: int = 0) -> trainer.Task:
   """A ``tasks.truncated_bptt`` task whose loss gradient adds ``omega_weight`` times
   Omega's of each window (``regularizers.omega_penalty``); the loss value is unchanged.
+  With ``decay_steps`` the weight at step t is omega_weight d / (d + t): the 1/t schedule
+  Pascanu et al. (2013, section 4.2) found that natural problems need.
 
   The window's initial state is the carry (zero at the start of a pass, as
   ``truncated_bptt``), its inputs the one-hot (or embedded) characters
@@ -94,7 +97,8 @@ def with_omega(model, task: trainer.Task, omega_weight: float) -> trainer.Task:
 
     omega = regularizers.omega_penalty(params['recurrence']['cell'], inputs, initial,
                                        window_loss, model.activation)
-    return value + omega_weight * (omega - jax.lax.stop_gradient(omega)), new_carry
+    weight = omega_weight * (decay_steps / (decay_steps + batch['step']) if decay_steps else 1.0)
+    return value + weight * (omega - jax.lax.stop_gradient(omega)), new_carry
 
   return task._replace(loss=loss)
 
@@ -137,7 +141,7 @@ def task(config) -> trainer.Task:
     return summary
 
   base = tasks.truncated_bptt(model, *windows, init, report)
-  return with_omega(model, base, float(config.omega_weight))
+  return with_omega(model, base, float(config.omega_weight), config.omega_decay_steps)
 
 
 Field = experiment.Field
@@ -154,8 +158,10 @@ EXPERIMENT = experiment.Experiment(
         'spectral_radius': Field(0.95, experiment.number(0), 'of W_hh at init'),
         'batch_size': Field(32, experiment.integer(1), 'parallel streams'),
         'truncation': Field(50, experiment.integer(1), 'tau, the BPTT window in characters'),
+        'omega_decay_steps': Field(0, experiment.integer(0), "Omega's weight at step t is "
+                                   'omega_weight d / (d + t) (0: constant)'),
     },
     report=('test_bits_per_char', 'paper_test_bits_per_char', 'validation_bits_per_char',
             'train_loss_bits', 'clipped_fraction', 'max_grad_norm', 'final_measured_spectral_radius'),
     vmappable=('seed', 'spectral_radius'),  # the data does not depend on the seed
-    plots=(('profile', 'method'),))
+    plots=(('profile', 'method'), ('curve', 'bits')))

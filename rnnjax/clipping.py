@@ -29,16 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-
-
-def global_norm(tree) -> jax.Array:  # interim: rnnjax.norms.global_norm replaces it
-  leaves = [jnp.asarray(leaf, jnp.float32) for leaf in jax.tree_util.tree_leaves(tree)]
-  if not leaves:
-    return jnp.zeros([], jnp.float32)
-  largest = jnp.max(jnp.stack([jnp.max(jnp.abs(leaf), initial=0.0) for leaf in leaves]))
-  scale = jnp.where((largest > 0) & jnp.isfinite(largest), largest, 1.0)
-  squares = sum(jnp.sum(jnp.square(leaf / scale)) for leaf in leaves)
-  return scale * jnp.sqrt(squares)
+from rnnjax.norms import global_norm
 
 __all__ = ['ClipState', 'UpdateState', 'clip', 'clip_pascanu', 'measure_updates',
            'pascanu_clip_updates', 'clip_with_fallback', 'clipped_sgd', 'REFERENCE_THRESHOLD',

@@ -119,3 +119,17 @@ def test_hyperparameters_are_arrays_and_runs_share_one_update(gradients):
   updates, _ = second.update(gradients, state, params)
   np.testing.assert_allclose(updates['b'], -3e-2 * np.sign(gradients['b']), rtol=1e-4)
 
+
+
+def test_the_learning_rate_decays_by_a_staircase(gradients):
+  """decay 0.25 every 3 steps after the first 2: SGD steps of lr at updates 1-5, 0.25 lr at
+  6-8, 0.0625 lr at 9 (the updates of epochs 1 and 2 at the full rate, say, then a quarter
+  at each epoch's end)."""
+  params = jax.tree_util.tree_map(jnp.zeros_like, gradients)
+  chain = optimizers.make_optimizer('sgd', 0.1, decay=0.25, decay_every=3, decay_begin=2)
+  state = chain.init(params)
+  sizes = []
+  for _ in range(9):
+    updates, state = chain.update(gradients, state, params)
+    sizes.append(float(updates['b'][0] / (-0.1 * gradients['b'][0])))
+  np.testing.assert_allclose(sizes, [1] * 5 + [0.25] * 3 + [0.0625], rtol=1e-6)

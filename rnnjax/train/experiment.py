@@ -78,6 +78,10 @@ TRAINER_FIELDS = {
                       'none | global_norm | elementwise | pascanu (global norm with the '
                       'reference fallback of Pascanu et al.)'),
     'clip_threshold': Field(1.0, None, 'c of the clipping (ignored for none)'),
+    'learning_rate_decay': Field(1.0, number(0.0, strict=True),
+                                 'the learning rate times this every decay_every steps'),
+    'decay_every': Field(0, integer(0), 'steps between two decays (0: a constant rate)'),
+    'decay_begin': Field(0, integer(0), 'steps before the first decay'),
     'flossing_weight': Field(0.0, number(0.0), 'weight of gradient flossing, sum of the top '
                              'Lyapunov exponents squared (0: off)'),
     'flossing_exponents': Field(1, integer(1), 'k, the Lyapunov exponents flossing pushes to 0'),

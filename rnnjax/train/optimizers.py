@@ -62,8 +62,10 @@ def handles_non_finite(clipping: str) -> bool:
 
 
 def make_optimizer(name: str, learning_rate: float, clipping: str = 'none',
-                   clip_threshold: float = 1.0) -> optax.GradientTransformation:
-  """Clipping, then the optimizer, then the update measurement; two numbers injected.
+                   clip_threshold: float = 1.0, decay: float = 1.0, decay_every: int = 0,
+                   decay_begin: int = 0) -> optax.GradientTransformation:
+  """Clipping, then the optimizer (and its decay), then the update measurement; two
+  numbers injected.
 
   ``opt_state.hyperparams`` holds ``learning_rate`` and ``clip_threshold``
   (inf for no clipping) as float32 arrays, so the ``update`` of one chain
@@ -77,6 +79,9 @@ def make_optimizer(name: str, learning_rate: float, clipping: str = 'none',
     clipping: 'none', 'global_norm', 'elementwise' or 'pascanu' (global norm
       with the reference fallback; needs params with a 'W_hh' leaf).
     clip_threshold: c, finite and > 0 (ignored for 'none').
+    decay, decay_every, decay_begin: the learning rate times ``decay`` every
+      ``decay_every`` steps from step ``decay_begin`` on (a staircase,
+      ``optax.exponential_decay``); decay_every 0: constant.
 
   Raises:
     ValueError: naming the argument, for unknown names or out-of-range values.
@@ -87,7 +92,11 @@ def make_optimizer(name: str, learning_rate: float, clipping: str = 'none',
   def factory(learning_rate, clip_threshold):
     clip = (clippers.clip_pascanu(clip_threshold) if chain_family == 'pascanu'
             else clippers.clip(chain_family, clip_threshold))
-    return optax.chain(clip, OPTIMIZERS[name](learning_rate), clippers.measure_updates())
+    schedule = (optax.scale_by_schedule(optax.exponential_decay(
+        1.0, decay_every, decay, decay_begin, staircase=True)) if decay_every else
+        optax.identity())
+    return optax.chain(clip, OPTIMIZERS[name](learning_rate), schedule,
+                       clippers.measure_updates())
 
   return optax.inject_hyperparams(factory)(
       learning_rate=learning_rate, clip_threshold=math.inf if clipping == 'none' else
@@ -95,9 +104,10 @@ def make_optimizer(name: str, learning_rate: float, clipping: str = 'none',
 
 
 def from_config(config) -> optax.GradientTransformation:
-  """``make_optimizer`` of a config's optimizer, learning_rate, clipping, clip_threshold."""
+  """``make_optimizer`` of a config's optimizer, learning rate, clipping and decay."""
   return make_optimizer(config.optimizer, config.learning_rate, config.clipping,
-                        config.clip_threshold)
+                        config.clip_threshold, config.learning_rate_decay, config.decay_every,
+                        config.decay_begin)
 
 
 def measurements(opt_state) -> dict:
@@ -107,6 +117,6 @@ def measurements(opt_state) -> dict:
     ``{'grad_norm': <float32>[] pre-clip global norm, 'clipped': <bool>[],
     'update_norm': <float32>[] global norm of the update}``.
   """
-  clip_state, _, update_state = opt_state.inner_state
+  clip_state, update_state = opt_state.inner_state[0], opt_state.inner_state[-1]
   return {'grad_norm': clip_state.gradient_norm, 'clipped': clip_state.clipped,
           'update_norm': update_state.update_norm}

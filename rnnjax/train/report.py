@@ -8,7 +8,8 @@ measured one) and the seconds its group took. When the seed is swept,
 runs, how many diverged or failed, the rate of each yes/no field (e.g.
 success) and the median of each number over the runs where it is finite.
 Each Markdown table opens with the commit and date its runs were measured at.
-Plots follow the experiment's ``plots``: ``('rate', field, budgets, panel_key)`` adds to
+Plots follow the experiment's ``plots``: ``('curve', metric)`` draws a metric of
+metrics.jsonl against the step, one curve a run; ``('rate', field, budgets, panel_key)`` adds to
 the seed table the fraction of runs whose field is at most each budget and plots it;
 ``('profile', key)`` draws the
 profiles, one curve per value of ``key``; ``('heatmap', value, x, panels)``
@@ -288,6 +289,28 @@ def plot_rates(aggregated, keys, name: str, budgets, panel_key: str, folder: pat
   plt.close(figure)
 
 
+def plot_curves(runs, keys, name: str, folder: pathlib.Path) -> None:
+  """The metric ``name`` of each run's metrics.jsonl against the step, one curve a run
+  labelled by its swept values; ``curve_<name>.png``."""
+  import matplotlib
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt
+  from rnnjax.train import records
+  figure, axis = plt.subplots(figsize=(6.4, 4.0))
+  for run in runs:
+    lines = [line for line in records.read_metrics(folder / run['name']) if name in line]
+    if lines:
+      axis.plot([line['step'] for line in lines], [line[name] for line in lines],
+                label=', '.join(f'{k}={run["values"].get(k)}' for k in keys))
+  axis.set_xlabel('step')
+  axis.set_ylabel(name)
+  axis.grid(True, alpha=0.3)
+  axis.legend(fontsize=7)
+  figure.tight_layout()
+  save_figure(figure, folder / f'curve_{name}.png')
+  plt.close(figure)
+
+
 def write(runs, keys, experiment, folder: pathlib.Path, command_line: dict | None = None) -> str:
   """Writes the tables (atomically) and plots of a sweep; returns the per-run table.
 
@@ -321,7 +344,9 @@ def write(runs, keys, experiment, folder: pathlib.Path, command_line: dict | Non
       if plot[0] == 'rate':
         plot_rates(aggregated, [k for k in keys if k != 'seed'], *plot[1:], folder)
   for plot in experiment.plots:
-    if plot[0] == 'profile' and plot[1] in keys:
+    if plot[0] == 'curve':
+      plot_curves(runs, keys, plot[1], folder)
+    elif plot[0] == 'profile' and plot[1] in keys:
       plot_profiles(rows, keys, plot[1], folder / 'gradient_profile.png')
     elif plot[0] == 'heatmap' and plot[2] in keys:
       plot_heatmaps(rows, keys, *plot[1:], folder)

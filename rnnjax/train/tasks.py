@@ -94,7 +94,8 @@ def truncated_bptt(model, inputs, targets, init, report) -> trainer.Task:
 
   def batch(step):
     window = (step - 1) % count
-    return {'inputs': inputs[window], 'targets': targets[window], 'reset': np.bool_(window == 0)}
+    return {'inputs': inputs[window], 'targets': targets[window], 'reset': np.bool_(window == 0),
+            'step': np.int32(step)}
 
   def probe(params, carry, batch):
     return _probe(model, params, carried(carry, batch), batch['inputs'],

@@ -515,9 +515,10 @@ def train(task: Task, configs, folders=None, writer: bool = True,
         'train_loss_bits': run_lines[-1]['bits'] if run_lines else math.nan,
         'final_measured_spectral_radius': float(final_radius[i]),
         'first_profile': run_lines[0]['profile'] if run_lines else {},
-        'first_largest_lyapunov_exponent': (run_lines[0].get('largest_lyapunov_exponent',
-                                                             math.nan) if run_lines else math.nan),
-        'final_largest_lyapunov_exponent': float(final_exponent[i]),
+        'first_largest_lyapunov_exponent': (run_lines[0].get('largest_lyapunov_exponent')
+                                            if run_lines else None),
+        'final_largest_lyapunov_exponent': (None if math.isnan(final_exponent[i])
+                                            else float(final_exponent[i])),
         'final_profile': {str(k): float(v) for k, v in zip(diagnostics.PROFILE_DISTANCES,
                                                            final_profile[i])
                           if not math.isnan(v)},

@@ -1,0 +1,82 @@
+"""Re-measures the results tables of the README and the docs, each with its study's budget.
+
+  python -m launch.remeasure [--studies=char_lm,temporal_order] [--workdir=results/remeasure]
+
+Each study is its config's sweep (``python -m launch.sweep``, with the budget its config's
+docstring states); its table, headed by the commit and date it was measured at, is copied to
+docs/results/<study>.md with its plots beside it (docs/results/<study>/), and the main job's
+table also into the README. A study whose sweep fails keeps its old table. Studies that
+ended are not trained again when the command is run again (the sweep's own rule), so a long
+study can be measured in pieces.
+"""
+
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+
+from absl import app
+from absl import flags
+
+FLAGS = flags.FLAGS
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+# study -> (config file, extra sweep flags, the table its page shows)
+STUDIES = {
+    'char_lm': ('char_lm.py', (), 'results.md'),
+    'gradient_norms': ('gradient_norms.py', (), 'results_over_seeds.md'),
+    'long_range': ('long_range.py', (), 'results_over_seeds.md'),
+    'adding_irnn': ('adding_irnn.py', ('--max_group_size=1',), 'results_over_seeds.md'),
+    'temporal_order': ('temporal_order.py', ('--max_group_size=1',), 'results_over_seeds.md'),
+    'temporal_order_generalization': ('temporal_order_generalization.py', (), 'results.md'),
+    'flossing': ('flossing.py', ('--max_group_size=1',), 'results_over_seeds.md'),
+    'ptb_chars': ('ptb_chars.py', (), 'results.md'),
+    'bpe_lm': ('bpe_lm.py', (), 'results.md'),
+    'classify': ('classify.py', (), 'results.md'),
+    'seq2seq': ('seq2seq.py', (), 'results.md'),
+    'parallel_in_time': ('parallel_in_time.py', (), 'results.md'),
+}
+flags.DEFINE_list('studies', list(STUDIES), f'Which studies, of {", ".join(STUDIES)}.')
+flags.DEFINE_string('workdir', 'results/remeasure', 'Where the studies\' sweeps run.')
+
+
+def publish(study: str, workdir: pathlib.Path, table: str) -> None:
+  """Copies a study's table and plots into docs/results (and the main job's into the README)."""
+  text = (workdir / table).read_text()
+  (ROOT / 'docs' / 'results' / f'{study}.md').write_text(text)
+  plots = ROOT / 'docs' / 'results' / study
+  shutil.rmtree(plots, ignore_errors=True)
+  for plot in workdir.glob('*.png'):
+    plots.mkdir(exist_ok=True)
+    shutil.copy(plot, plots / plot.name)
+  if study == 'char_lm':
+    readme = ROOT / 'README.md'
+    readme.write_text(re.sub(r'(<!-- main job table -->\n).*?(<!-- end of the main job table -->)',
+                             lambda match: match.group(1) + text + match.group(2),
+                             readme.read_text(), flags=re.S))
+
+
+def main(argv):
+  del argv
+  unknown = sorted(set(FLAGS.studies) - set(STUDIES))
+  if unknown:
+    raise app.UsageError(f'--studies: expected some of {list(STUDIES)}, got {unknown}')
+  failed = []
+  for study in FLAGS.studies:
+    config, extra, table = STUDIES[study]
+    workdir = pathlib.Path(FLAGS.workdir) / study
+    print(f'=== {study}', flush=True)
+    result = subprocess.run([sys.executable, '-m', 'launch.sweep',
+                             f'--config={ROOT / "experiments" / "configs" / config}',
+                             f'--workdir={workdir}', *extra], cwd=ROOT)
+    if result.returncode == 0:
+      publish(study, workdir, table)
+    else:
+      failed.append(study)
+  if failed:
+    print(f'failed, their tables kept: {", ".join(failed)}', file=sys.stderr)
+    sys.exit(1)
+
+
+if __name__ == '__main__':
+  app.run(main)
