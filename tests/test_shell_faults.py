@@ -275,3 +275,45 @@ def test_results_csv_joins_each_run_folder(tmp_path):
   assert (joined['learning_rate'] == joined['learning_rate_config']).all()
   assert 'measured_spectral_radius' in metrics.columns  # not the swept spectral radius
   assert results['seconds'].sum() <= wall
+
+
+@pytest.mark.parametrize('name', ['config.json', 'metrics.jsonl', 'summary.json', 'timing.json',
+                                  'devices.json', 'log.txt', '.lock', 'tensorboard',
+                                  'checkpoint'])
+def test_no_run_file_is_written_through_a_link(tmp_path, name):
+  """Every file and folder the harness writes in a run folder, a link to somebody else's: the
+  run is refused in one line and the link's target is left as it was."""
+  folder = project(tmp_path, "['plain']")
+  target = tmp_path / 'target'
+  target.mkdir() if name in ('tensorboard', 'checkpoint') else target.write_text('keep me\n')
+  run = tmp_path / 'run'
+  run.mkdir()
+  (run / name).symlink_to(target)
+  result = subprocess.run([RUN, '--config=my_config.py', f'--workdir={run}'], cwd=folder,
+                          capture_output=True, text=True, timeout=600)
+  assert result.returncode == 1 and result.stderr == (
+      f'error: {run}: {name} is a symbolic link; a run folder holds no links\n'), result.stderr
+  assert (sorted(target.iterdir()) == [] if target.is_dir()
+          else target.read_text() == 'keep me\n')
+
+
+def test_the_sweeps_own_files_are_not_written_through_links(tmp_path):
+  """The sweep's lock, its index and its tables: a link in their place is replaced or
+  refused, never written through."""
+  folder = project(tmp_path, "['one', 'two']")
+  workdir = tmp_path / 'sweep'
+  workdir.mkdir()
+  targets = {}
+  for name in ('results.md', 'results.csv', 'runs.json'):
+    targets[name] = tmp_path / f'target_{name}'
+    targets[name].write_text('keep me\n')
+    (workdir / name).symlink_to(targets[name])
+  result = run_sweep(folder, workdir)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert all(target.read_text() == 'keep me\n' for target in targets.values())
+  assert not (workdir / 'results.md').is_symlink()  # replaced by the sweep's own file
+  (workdir / '.lock').unlink()
+  (workdir / '.lock').symlink_to(targets['runs.json'])
+  result = run_sweep(folder, workdir)
+  assert result.returncode == 1 and '.lock is a symbolic link' in result.stderr
+  assert targets['runs.json'].read_text() == 'keep me\n'
