@@ -36,6 +36,7 @@ import ml_collections
 import numpy as np
 import torch
 
+from experiments import language_tasks as tasks
 from rnnjax import cells
 from rnnjax import fused
 from rnnjax import models
@@ -43,7 +44,6 @@ from rnnjax import recurrence
 from rnnjax.data import text
 from rnnjax.train import experiment
 from rnnjax.train import job
-from rnnjax.train import tasks
 from rnnjax.train import trainer
 
 SHAPES = {'S1': (64, 128, 256, 512), 'S2': (32, 512, 128, 256), 'S3': (16, 1024, 64, 128),

@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from experiments import language_tasks as tasks
 from rnnjax import cells
 from rnnjax import evaluation
 from rnnjax import models
@@ -32,7 +33,6 @@ from rnnjax.data import corpora
 from rnnjax.data import subwords
 from rnnjax.data import text
 from rnnjax.train import experiment
-from rnnjax.train import tasks
 from rnnjax.train import trainer
 
 CORPORA = ('ptb', 'wikitext-2')

@@ -13,6 +13,7 @@ import math
 import jax
 import numpy as np
 
+from experiments import language_tasks as tasks
 from rnnjax import cells
 from rnnjax import evaluation
 from rnnjax import models
@@ -20,7 +21,6 @@ from rnnjax import sampling
 from rnnjax.data import corpora
 from rnnjax.data import text
 from rnnjax.train import experiment
-from rnnjax.train import tasks
 from rnnjax.train import trainer
 
 

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from experiments import language_tasks as tasks
 from rnnjax import cells
 from rnnjax import combinators
 from rnnjax import diagnostics
@@ -24,7 +25,6 @@ from rnnjax import models
 from rnnjax.data import batching
 from rnnjax.data import classification
 from rnnjax.train import experiment
-from rnnjax.train import tasks
 from rnnjax.train import trainer
 
 

@@ -33,6 +33,7 @@ import math
 import jax
 import numpy as np
 
+from experiments import language_tasks as tasks
 from experiments import pascanu
 from rnnjax import cells
 from rnnjax import evaluation
@@ -41,7 +42,6 @@ from rnnjax import regularizers
 from rnnjax.data import corpora
 from rnnjax.data import text
 from rnnjax.train import experiment
-from rnnjax.train import tasks
 from rnnjax.train import trainer
 
 PAPER_TEST_BITS = {'MSGD': 1.50, 'MSGD-C': 1.42, 'MSGD-CR': 1.41}  # Table 1, Penn Treebank

@@ -15,13 +15,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from experiments import language_tasks as tasks
 from rnnjax import combinators
 from rnnjax import diagnostics
 from rnnjax import seq2seq
 from rnnjax.data import synthetic
 from rnnjax.train import devices
 from rnnjax.train import experiment
-from rnnjax.train import tasks
 from rnnjax.train import trainer
 
 EXAMPLES = 5  # test examples written to the summary

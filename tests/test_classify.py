@@ -9,6 +9,7 @@ import optax
 import pytest
 
 from experiments import classify
+from experiments import language_tasks as tasks
 from experiments.configs import classify as classify_config
 from rnnjax import combinators
 from rnnjax import models
@@ -17,7 +18,6 @@ from rnnjax.data import corpora
 from rnnjax.train import experiment
 from rnnjax.train import harness
 from rnnjax.train import records
-from rnnjax.train import tasks
 from rnnjax.train import trainer
 
 V, E, H = 12, 5, 7

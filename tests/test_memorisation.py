@@ -7,12 +7,12 @@ import jax.numpy as jnp
 import ml_collections
 import pytest
 
+from experiments import language_tasks as tasks
 from rnnjax import models
 from rnnjax import sampling
 from rnnjax.data import text
 from rnnjax.train import experiment
 from rnnjax.train import records
-from rnnjax.train import tasks
 from rnnjax.train import trainer
 
 CORPUS = 'the quick brown fox jumps over the lazy dog. ' * 4

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from experiments import language_tasks as tasks
 from experiments import ptb_chars
 from experiments import temporal_order
 from experiments.configs import ptb_chars as ptb_chars_config
@@ -25,7 +26,6 @@ from rnnjax.train import folder as run_folder
 from rnnjax.train import harness
 from rnnjax.train import records
 from rnnjax.train import sweep
-from rnnjax.train import tasks
 
 TEMPORAL_ORDER = temporal_order.EXPERIMENT
 init_pascanu = jax.jit(models.init_pascanu, static_argnums=(1, 2, 3, 4))  # one compile a shape

@@ -10,6 +10,7 @@ import ml_collections
 import numpy as np
 import pytest
 
+from experiments import language_tasks as tasks
 from rnnjax import clipping
 from rnnjax import initializers
 from rnnjax import models
@@ -18,7 +19,6 @@ from rnnjax.train import checkpoints
 from rnnjax.train import experiment
 from rnnjax.train import folder as run_folder
 from rnnjax.train import records
-from rnnjax.train import tasks
 from rnnjax.train import trainer
 
 TRAINING = experiment.Experiment(name='test_trainer', task=None, fields={})

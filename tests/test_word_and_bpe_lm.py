@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from experiments import bpe_lm
+from experiments import language_tasks as tasks
 from experiments.configs import bpe_lm as bpe_lm_config
 from rnnjax import models
 from rnnjax.data import batching
@@ -20,7 +21,6 @@ from rnnjax import evaluation
 from rnnjax.train import experiment
 from rnnjax.train import harness
 from rnnjax.train import records
-from rnnjax.train import tasks
 
 # (name, words + one <eos> per line) from ../shared/data/README.md.
 TOKEN_COUNTS = [('ptb.train', 929_589), ('ptb.valid', 73_760), ('ptb.test', 82_430),

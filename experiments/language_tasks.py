@@ -1,5 +1,6 @@
-"""Trainer tasks for the language model of ``rnnjax.models``: a stream cut into
-truncated-BPTT windows, and padded sequences with a masked loss.
+"""Trainer tasks of the language-model experiments, for ``rnnjax.models.LanguageModel``: a
+stream cut into truncated-BPTT windows, and padded sequences with a masked loss. Not an
+experiment.
 
 Each returns a ``trainer.Task``: its loss (mean NLL in nats per predicted
 token), the batch of every step, and the probe of the gradient-norm profile
