@@ -112,7 +112,9 @@ def lyapunov_spectrum(cell: Cell, params: Any, inputs: jax.typing.ArrayLike, ini
 
   Returns:
     ``<float>[B, k]``, in the params' dtype: the exponents in nats per step,
-    sorted descending, per sequence.
+    sorted descending, per sequence; -inf where the Jacobians annihilate a
+    tangent vector (rank below k: tanh saturated to 1.0 in the dtype, relu
+    units all off), and then the gradient is NaN.
 
   Raises:
     ValueError: as ``recurrence.scan`` (inputs not of rank 3, an initial
@@ -194,8 +196,8 @@ def flossing_loss(cell: Cell, params: Any, inputs: jax.typing.ArrayLike, initial
   before training").
 
   Args:
-    cell, params, inputs, initial_state, k, transient,
-    reorthonormalize_every, lengths, key: as ``lyapunov_spectrum``.
+    cell, params, inputs, initial_state, k, transient, reorthonormalize_every, lengths, key:
+      as ``lyapunov_spectrum``.
     target: the exponent aimed at, in nats per step (a float or a 0-d array).
 
   Returns:
