@@ -2,10 +2,11 @@
 
 A measurement (no training: ``steps`` 0). ``parallel.elman_deer`` solves all T
 steps of h_t = tanh(x_t W_xh + h_{t-1} W_hh + b) at once by Newton's method
-(DEER: full [H, H] Jacobians, O(T H^3) work an iteration) or its diagonal
-approximation (quasi-DEER), each iteration a parallel prefix scan. Gonzalez et
-al. (2025) argue that the iterations needed are few where the recurrence is
-contractive and up to T where it is chaotic. Each run is one method and one
+(DEER: full [H, H] Jacobians, O(T H^3) work an iteration), its diagonal
+approximation (quasi-DEER), or either damped (ELK, quasi-ELK: a trust region solved
+by a Kalman smoother), each iteration a parallel prefix scan. Gonzalez et al. (2025)
+tie the iterations needed to the largest Lyapunov exponent of the recurrence: few
+where it is negative (contractive), up to T where it is positive (chaotic). Each run is one method and one
 cell: an Elman network at initialization (Gaussian W_hh at ``spectral_radius``,
 ``cells.init_elman``; H = ``hidden_size``) or the cell of a trained char_lm run
 (``trained_run``), on ``sequences`` sequences of T = ``length`` steps from h_0 = 0
@@ -20,15 +21,16 @@ by the cap: min(T, max_iterations), and for DEER also deer_work / (B T H^3); a
 cap below 3 skips DEER), how many converged and how many overflowed float32,
 the wall time of the solver and of the sequential ``fused.elman_layer``
 (compiled first; a run under 1 s is the fastest of 3), their ratio, the largest
-deviation from the sequential states, and the per-step growth rate of the
-Jacobian products dh_t/dh_{t-n} (``diagnostics.jacobian_product_norms``: below
-1 contractive, above 1 expanding).
+deviation from the sequential states, the per-step growth rate of the Jacobian
+products dh_t/dh_{t-n} (``diagnostics.jacobian_product_norms``: below 1 contractive,
+above 1 expanding) and the largest Lyapunov exponent (``lyapunov.lyapunov_spectrum``,
+the median over the sequences after a transient of T/4 steps; nats per step).
 
 References:
   Gonzalez, Kozachkov, Warrington, Smith & Linderman (2025), "Predictability
   enables parallelization of nonlinear state space models"; Lim, Zhu,
   Selfridge & Kasim (2024) (DEER); Gonzalez, Warrington, Smith & Linderman
-  (2024) (quasi-DEER).
+  (2024) (quasi-DEER, ELK).
 """
 
 import math
@@ -42,6 +44,7 @@ from rnnjax import cells
 from rnnjax import diagnostics
 from rnnjax import fused
 from rnnjax import initializers
+from rnnjax import lyapunov
 from rnnjax import parallel
 from rnnjax.data import corpora
 from rnnjax.data import text
@@ -55,9 +58,10 @@ REPEAT_BELOW_SECONDS = 1.0
 
 
 def cap(config, hidden: int) -> int | None:
-  """The iteration cap of a run (module docstring), or None where DEER is skipped."""
+  """The iteration cap of a run (module docstring), or None where a full-Jacobian method
+  (DEER, ELK) is skipped."""
   limit = min(config.length, config.max_iterations)
-  if config.method != 'deer':
+  if config.method not in ('deer', 'elk'):
     return limit
   limit = min(limit, int(config.deer_work // (config.sequences * config.length * hidden ** 3)))
   return limit if limit >= min(SMALLEST_DEER_CAP, config.length) else None
@@ -131,15 +135,19 @@ def measure(config) -> dict:
       params, inputs, initial).compile()
   jax.block_until_ready(sequential(params, inputs, initial))
   (states, _), fused_seconds = timed(sequential, params, inputs, initial)
+  exponents = jax.jit(lambda p, x, h: lyapunov.lyapunov_spectrum(
+      cells.elman(activation), p, x, h, 1, transient=x.shape[1] // 4))(params, inputs, initial)
   report = {'measured_spectral_radius': float(initializers.spectral_radius(params['W_hh'])),
             'growth': growth(states, params['W_hh'], activation, config.growth_distance),
+            'largest_lyapunov_exponent': float(np.median(np.asarray(exponents)[:, 0])),
             'fused_seconds': fused_seconds}
   limit = cap(config, hidden)
   if limit is None:
     return dict(report, skipped=True)
+  damping = (config.damping or None) if config.method in parallel.DAMPED_METHODS else None
   solve = jax.jit(lambda p, x, h: parallel.elman_deer(
       p, x, h, activation=activation, method=config.method, tolerance=config.tolerance,
-      max_iterations=limit)).lower(params, inputs, initial).compile()
+      max_iterations=limit, damping=damping)).lower(params, inputs, initial).compile()
   (solved, _, info), seconds = timed(solve, params, inputs, initial)
   converged = np.asarray(info['converged'])
   iterations = np.where(converged, np.asarray(info['iterations']), np.inf)
@@ -166,7 +174,9 @@ EXPERIMENT = experiment.Experiment(
     fields={
         'steps': Field(0, experiment.integer(0), 'a measurement: nothing is trained'),
         'method': Field('deer', experiment.one_of(parallel.METHODS),
-                        'deer (Newton) | quasi (diagonal Jacobians)'),
+                        'deer (Newton) | quasi (diagonal Jacobians) | elk | quasi_elk (damped)'),
+        'damping': Field(0.0, experiment.number(0), "elk, quasi_elk: the trust region's "
+                         'lambda (0: parallel.DEFAULT_DAMPING)'),
         'spectral_radius': Field(1.0, experiment.number(0.0), 'of W_hh at initialization'),
         'hidden_size': Field(16, experiment.integer(1), 'H'),
         'length': Field(64, experiment.integer(2), 'T, steps of each sequence'),
@@ -184,7 +194,8 @@ EXPERIMENT = experiment.Experiment(
                                  'the longest n of dh_t/dh_{t-n} in the growth rate'),
     },
     report=('iterations', 'converged', 'overflowed', 'cap', 'seconds', 'fused_seconds',
-            'seconds_over_fused', 'max_deviation', 'growth', 'measured_spectral_radius'),
-    vmappable=('seed', 'method', 'spectral_radius', 'hidden_size', 'length', 'sequences',
+            'seconds_over_fused', 'max_deviation', 'growth', 'largest_lyapunov_exponent',
+            'measured_spectral_radius'),
+    vmappable=('seed', 'method', 'damping', 'spectral_radius', 'hidden_size', 'length', 'sequences',
                'input_size', 'inputs', 'trained_run', 'tolerance', 'max_iterations',
                'deer_work', 'growth_distance'))

@@ -1,10 +1,13 @@
-"""Where DEER and quasi-DEER converge: spectral radius x length x hidden size, a measurement.
+"""Where DEER, quasi-DEER, ELK and quasi-ELK converge: radius x length x size, a measurement.
 
   python -m launch.sweep --config=experiments/configs/parallel_in_time.py \
       --workdir=results/parallel_in_time
 
-The sweep: method (deer, quasi) x spectral radius in {0.5, 0.75, 0.9, 1.0, 1.1, 1.25,
-1.5} x T in {64, 256, 1024, 4096} x H in {4, 16, 64}: 168 runs that train nothing.
+The sweep: method (deer, quasi, elk, quasi_elk; the damped ones at the reference code's
+damping 1e-6) x spectral radius in {0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5} x T in {64, 256,
+1024, 4096} x H in {4, 16, 64}: 336 runs that train nothing, each beside the largest
+Lyapunov exponent of its cell. Budget: about 2 CPU hours (DEER and ELK at H = 64 capped by
+deer_work).
 A trained char_lm run's cell: ``--config.trained_run=results/char_lm`` with a sweep over
 method and length only (edit get_sweep).
 """
@@ -25,5 +28,5 @@ def get_config():
 def get_sweep():
   """Method x hidden size x spectral radius x length, each a dict of config overrides."""
   return [{'method': method, 'hidden_size': hidden, 'spectral_radius': rho, 'length': length}
-          for method, hidden, rho, length in itertools.product(('deer', 'quasi'), HIDDEN_SIZES,
-                                                               RADII, LENGTHS)]
+          for method, hidden, rho, length in itertools.product(
+              ('deer', 'quasi', 'elk', 'quasi_elk'), HIDDEN_SIZES, RADII, LENGTHS)]
