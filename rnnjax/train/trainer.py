@@ -321,8 +321,8 @@ def train(task: Task, configs: Sequence[ConfigDict], folders: Sequence[pathlib.P
     dicts (status 'finished' or 'diverged', steps_done, diverged_step, solved_step,
     skipped_steps, clipped_fraction, max_grad_norm, train_loss_nats and train_loss_bits of
     the last logged interval, first_profile at initialization, final_measured_spectral_radius
-    and final_profile of the saved params on the last batch, first_ and
-    final_largest_lyapunov_exponent) and the seconds per phase.
+    and final_profile of the saved params on the last batch, and the largest Lyapunov
+    exponent first and final) and the seconds per phase.
 
   Raises:
     Interrupted: when ``stop_requested`` said so (after checkpointing).
