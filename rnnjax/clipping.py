@@ -22,7 +22,7 @@ References:
   neural networks", section 3.2, algorithm 1; RNN.py lines 219-243.
 """
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -51,14 +51,15 @@ class UpdateState(NamedTuple):
   update_norm: jax.Array  # <float32>[]: global norm of the update (after the learning rate)
 
 
-def _is_recurrent(path, recurrent_name: str) -> bool:
+def _is_recurrent(path: tuple[Any, ...], recurrent_name: str) -> bool:
   return any(getattr(entry, 'key', None) == recurrent_name for entry in path)
 
 
-def pascanu_clip_updates(updates, params, threshold,
+def pascanu_clip_updates(updates: Any, params: Any, threshold: float | jax.Array,
                          fallback_factor: float = REFERENCE_FALLBACK_FACTOR,
                          max_trusted_norm: float = REFERENCE_MAX_TRUSTED_NORM,
-                         recurrent_name: str = 'W_hh'):
+                         recurrent_name: str = 'W_hh'
+                         ) -> tuple[Any, jax.Array, jax.Array, jax.Array]:
   """The rule of ``clip_with_fallback`` as a pure function of one gradient.
 
   With n = ``global_norm(updates)``: untrusted (n not finite or n >
@@ -100,7 +101,7 @@ def pascanu_clip_updates(updates, params, threshold,
   clip = (norm > threshold) & ~untrusted
   divisor = jnp.where(clip, norm, 1.0)
 
-  def one_leaf(path, g, p):
+  def one_leaf(path: tuple[Any, ...], g: jax.Array, p: jax.Array) -> jax.Array:
     fallback = fallback_factor * p if _is_recurrent(path, recurrent_name) else jnp.zeros_like(g)
     clipped = jnp.where(clip, (g / divisor) * threshold, g)  # g / n <= 1: no underflow
     return jnp.where(untrusted, fallback, clipped).astype(g.dtype)
@@ -137,7 +138,8 @@ def clip_with_fallback(threshold: float = REFERENCE_THRESHOLD,
 
   Returns:
     ``optax.GradientTransformation`` whose ``update(updates, state, params)``
-    needs ``params``; its state is ``optax.EmptyState``.
+    needs ``params``: the gradient and the params as pytrees of one
+    structure; its state is ``optax.EmptyState``.
 
   Raises:
     ValueError: for threshold or max_trusted_norm <= 0 or NaN, or a
@@ -153,11 +155,11 @@ def clip_with_fallback(threshold: float = REFERENCE_THRESHOLD,
   if not np.isfinite(fallback_factor):
     raise ValueError(f'fallback_factor: expected a finite value, got {fallback_factor!r}')
 
-  def init(params):
+  def init(params: Any) -> Any:
     del params
     return optax.EmptyState()
 
-  def update(updates, state, params=None):
+  def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
     updates, _, _, _ = pascanu_clip_updates(updates, params, threshold, fallback_factor,
                                     max_trusted_norm, recurrent_name)
     return updates, state
@@ -179,7 +181,7 @@ def clipped_sgd(learning_rate: float, threshold: float = REFERENCE_THRESHOLD
   return optax.chain(clip_with_fallback(threshold), optax.sgd(learning_rate))
 
 
-def clip(family: str, threshold) -> optax.GradientTransformation:
+def clip(family: str, threshold: float | jax.Array) -> optax.GradientTransformation:
   """Global-norm or elementwise clipping that records ``ClipState``.
 
   Args:
@@ -190,11 +192,11 @@ def clip(family: str, threshold) -> optax.GradientTransformation:
   Returns:
     an ``optax.GradientTransformation`` whose state is ``ClipState``.
   """
-  def init(params):
+  def init(params: Any) -> ClipState:
     del params
     return ClipState(jnp.zeros([], jnp.float32), jnp.zeros([], bool))
 
-  def update(updates, state, params=None):
+  def update(updates: Any, state: ClipState, params: Any = None) -> tuple[Any, ClipState]:
     del state, params
     norm = global_norm(updates)
     if family == 'elementwise':
@@ -211,7 +213,7 @@ def clip(family: str, threshold) -> optax.GradientTransformation:
   return optax.GradientTransformation(init, update)
 
 
-def clip_pascanu(threshold) -> optax.GradientTransformation:
+def clip_pascanu(threshold: float | jax.Array) -> optax.GradientTransformation:
   """Global-norm clipping with the reference fallback of Pascanu et al. (2013),
   recording ``ClipState``.
 
@@ -222,21 +224,22 @@ def clip_pascanu(threshold) -> optax.GradientTransformation:
   fallback changed the gradient.
 
   Args:
-    threshold: c > 0, a float or an array (an injected hyperparameter).
+    threshold: c > 0, a float or a scalar array (an injected hyperparameter).
 
   Returns:
-    an ``optax.GradientTransformation`` whose ``update`` needs ``params``
-    (with a leaf named 'W_hh'; else ValueError at trace time).
+    an ``optax.GradientTransformation`` whose ``update`` needs ``params``, a
+    pytree shaped as the gradient (with a leaf named 'W_hh'; else ValueError
+    at trace time); ``ClipState`` holds ``<float32>[]`` and ``<bool>[]``.
 
   References:
     Pascanu, Mikolov & Bengio (2013), algorithm 1; RNN.py lines 219-243 of
     github.com/pascanur/trainingRNNs.
   """
-  def init(params):
+  def init(params: Any) -> ClipState:
     del params
     return ClipState(jnp.zeros([], jnp.float32), jnp.zeros([], bool))
 
-  def update(updates, state, params=None):
+  def update(updates: Any, state: ClipState, params: Any = None) -> tuple[Any, ClipState]:
     del state
     updates, norm, clipped, untrusted = pascanu_clip_updates(updates, params, threshold)
     return updates, ClipState(norm, clipped | untrusted)
@@ -246,11 +249,12 @@ def clip_pascanu(threshold) -> optax.GradientTransformation:
 
 def measure_updates() -> optax.GradientTransformation:
   """The identity, recording the update's global norm in ``UpdateState``."""
-  def init(params):
+  def init(params: Any) -> UpdateState:
     del params
     return UpdateState(jnp.zeros([], jnp.float32))
 
-  def update(updates, state, params=None):
+  def update(updates: Any, state: UpdateState, params: Any = None
+             ) -> tuple[Any, UpdateState]:
     del state, params
     return updates, UpdateState(global_norm(updates))
 

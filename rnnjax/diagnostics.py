@@ -17,7 +17,8 @@ References:
 """
 
 import math
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -69,12 +70,14 @@ def state_gradients(cell: Callable, params: Any, inputs: jax.typing.ArrayLike,
     raise ValueError(f'initial_state: expected one [B, H] array, got shape '
                      f'{jnp.shape(initial_state)}')
   recurrence.check_inputs(inputs, initial_state, lengths)
+  inputs, initial_state = jnp.asarray(inputs), jnp.asarray(initial_state)
   inputs = recurrence.zero_padding(inputs, recurrence.as_lengths(lengths, inputs.shape[1]))
   time_major = jnp.swapaxes(inputs, 0, 1)
   batch, hidden = initial_state.shape
 
-  def loss_of_perturbation(perturbation):
-    def step(carry, x_and_e):
+  def loss_of_perturbation(perturbation: jax.Array) -> jax.Array:
+    def step(carry: jax.Array, x_and_e: tuple[jax.Array, jax.Array]
+             ) -> tuple[jax.Array, jax.Array]:
       x, e = x_and_e
       carry, _ = cell(params, carry, x)
       carry = carry + e
@@ -145,6 +148,7 @@ def gradient_norm_profile(gradients: jax.typing.ArrayLike, distances: Any,
   """
   if jnp.ndim(gradients) != 3:
     raise ValueError(f'gradients: expected rank 3 [B, T, H], got shape {jnp.shape(gradients)}')
+  gradients = jnp.asarray(gradients)
   last = gradients.shape[1] - 1
   distances = _checked_distances(distances, last)
   if lengths is not None:
@@ -251,9 +255,11 @@ def jacobian_product_norms(states: jax.typing.ArrayLike, w_hh: jax.typing.ArrayL
   """
   if jnp.ndim(states) != 3:
     raise ValueError(f'states: expected rank 3 [B, T, H], got shape {jnp.shape(states)}')
+  states = jnp.asarray(states)
   hidden = states.shape[2]
   if jnp.shape(w_hh) != (hidden, hidden):
     raise ValueError(f'w_hh: expected shape [H, H] = ({hidden}, {hidden}), got {jnp.shape(w_hh)}')
+  w_hh = jnp.asarray(w_hh)
   distances = _checked_distances(distances, states.shape[1] - 1)
   if not distances:
     raise ValueError('distances: expected at least one distance, got none')
@@ -264,8 +270,9 @@ def jacobian_product_norms(states: jax.typing.ArrayLike, w_hh: jax.typing.ArrayL
   # 2^e P with P's entries below 1 (``norms.scale_exponent``; e an int, no rounding): P stays
   # in range, and ||M_n|| = 2^e ||P|| is inf only where it is past the dtype's range
   # (rho = 1.5 passes float32's in about 220 steps).
-  def one_sequence(derivative):
-    def step(carry, d):
+  def one_sequence(derivative: jax.Array) -> jax.Array:
+    def step(carry: tuple[jax.Array, jax.Array], d: jax.Array
+             ) -> tuple[tuple[jax.Array, jax.Array], jax.Array]:
       product, exponent = carry
       product = (w_hh * d[None, :]) @ product
       shift = norms_.scale_exponent(jnp.max(jnp.abs(product)))
@@ -305,7 +312,7 @@ def growth_rate(ratios: jax.typing.ArrayLike, distances: Any) -> jax.Array:
   if jnp.shape(ratios)[-1:] != (len(distances),):
     raise ValueError(f'ratios: expected a last axis of len(distances) = {len(distances)}, got '
                      f'shape {jnp.shape(ratios)}')
-  return ratios ** (1.0 / jnp.asarray(distances, jnp.float32))
+  return jnp.asarray(ratios) ** (1.0 / jnp.asarray(distances, jnp.float32))
 
 
 def norm_table(row_name: str, rows: dict, columns: Any) -> tuple[str, str]:
@@ -313,7 +320,8 @@ def norm_table(row_name: str, rows: dict, columns: Any) -> tuple[str, str]:
 
   Args:
     row_name: header of the first column (e.g. 'spectral_radius').
-    rows: ``{row label: {column label: value}}``; a missing value is '-'.
+    rows: ``{row label: {column label: value}}``, each value a scalar (a
+      Python, numpy or 0-d JAX number) or None; a missing value is '-'.
     columns: column labels in order (e.g. distances).
 
   Returns:
@@ -321,13 +329,13 @@ def norm_table(row_name: str, rows: dict, columns: Any) -> tuple[str, str]:
     Markdown as 3 significant digits in scientific notation, in the CSV as
     the shortest repr in their own dtype; ints as ints.
   """
-  def markdown_cell(v):
+  def markdown_cell(v: Any) -> str:
     if v is None:
       return '-'
     kind = np.asarray(v).dtype.kind if np.ndim(v) == 0 else ''
     return f'{float(v):.2e}' if kind == 'f' else str(int(v)) if kind in 'iu' else str(v)
 
-  def csv_cell(v):
+  def csv_cell(v: Any) -> str:
     if v is None:
       return ''
     kind = np.asarray(v).dtype.kind if np.ndim(v) == 0 else ''

@@ -21,7 +21,8 @@ explodes (Pascanu, Mikolov & Bengio 2013, eq. 7). Two protocols:
                 same rho: the two tables differ, and both are right.
 """
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -36,10 +37,11 @@ __all__ = ['PROTOCOLS', 'gradient_norm_table']
 PROTOCOLS = ('linearised', 'network')
 
 
-def _linearised(radii, distances, hidden_size: int, seed: int) -> dict:
+def _linearised(radii: Sequence[float], distances: Sequence[int], hidden_size: int,
+                seed: int) -> dict[float, dict[int, float]]:
   rng = np.random.default_rng(seed)
   steps = max(distances)
-  rows = {}
+  rows: dict[float, dict[int, float]] = {}
   for rho in radii:
     w = rng.normal(0, 1, (hidden_size, hidden_size))
     w *= rho / initializers.host_spectral_radius(w)
@@ -47,21 +49,23 @@ def _linearised(radii, distances, hidden_size: int, seed: int) -> dict:
     delta /= np.linalg.norm(delta)
     pre_activations = rng.normal(0, 0.3, (steps, hidden_size))  # as one draw a step
 
-    def step(delta, a, w=jnp.asarray(w, jnp.float32)):
+    def step(delta: jax.Array, a: jax.Array, w: jax.Array = jnp.asarray(w, jnp.float32)
+             ) -> tuple[jax.Array, jax.Array]:
       delta = w.T @ (cells.activation_derivative(jnp.tanh(a), 'tanh') * delta)
       return delta, jnp.linalg.norm(delta)
     _, norms = jax.lax.scan(step, jnp.asarray(delta, jnp.float32),
                             jnp.asarray(pre_activations, jnp.float32))
-    norms = np.asarray(norms)
-    rows[rho] = {k: float(norms[k - 1]) for k in distances}
+    host_norms = np.asarray(norms)
+    rows[rho] = {k: float(host_norms[k - 1]) for k in distances}
   return rows
 
 
-def _network(radii, distances, hidden_size: int, seed: int, sequences: int,
-             params: Mapping | None) -> dict:
+def _network(radii: Sequence[float], distances: Sequence[int], hidden_size: int, seed: int,
+             sequences: int, params: Mapping[str, Any] | None
+             ) -> dict[float, dict[int, float]]:
   steps = max(distances) + 1
   key_inputs, key_loss, key_params = jax.random.split(jax.random.key(seed), 3)
-  rows = {}
+  rows: dict[float, dict[int, float]] = {}
   for rho in radii:
     cell_params = params if params is not None else cells.init_elman(
         key_params, hidden_size, hidden_size, 'gaussian', rho)
@@ -84,22 +88,24 @@ def _network(radii, distances, hidden_size: int, seed: int, sequences: int,
 def gradient_norm_table(radii: Sequence[float] = (0.7, 1.0, 1.3),
                         distances: Sequence[int] = (20, 40, 60), protocol: str = 'network',
                         hidden_size: int = 64, seed: int = 1, sequences: int = 64,
-                        params: Mapping | None = None) -> dict[float, dict[int, float]]:
+                        params: Mapping[str, Any] | None = None) -> dict[float, dict[int, float]]:
   """||dL/dh_{T-k}|| / ||dL/dh_T|| for each spectral radius and distance k.
 
   Args:
     radii: spectral radii rho >= 0 of W_hh (ignored with ``params``).
     distances: k >= 1, in steps.
     protocol: 'linearised' or 'network' (the module docstring).
-    hidden_size: H.
+    hidden_size: H, the units: W_hh is ``[H, H]``; a fresh 'network' reads
+      inputs ``<float32>[B, T, H]`` (d = H) with T = max(distances) + 1.
     seed: numpy's seed ('linearised') or ``jax.random.key(seed)`` ('network').
     sequences: B, the sequences whose median a 'network' ratio is.
-    params: 'network': an Elman cell's params (a trained run's, e.g.
+    params: 'network': an Elman cell's params ``{'W_xh': [d, H], 'W_hh': [H, H],
+      'b': [H]}`` (a trained run's, e.g.
       ``rnnjax.train.checkpoints.final_params(folder)``'s cell) instead of a fresh
       init; the row is labelled with their W_hh's spectral radius.
 
   Returns:
-    ``{rho: {k: ratio}}`` (Python floats; format it with
+    ``{rho: {k: ratio}}``, each ratio a scalar (Python floats; format it with
     ``diagnostics.norm_table``).
 
   Raises:

@@ -44,7 +44,8 @@ References:
   dynamic control of Jacobians", NeurIPS (arXiv 2312.17306).
 """
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -58,7 +59,7 @@ __all__ = ['lyapunov_spectrum', 'flossing_loss']
 Cell = Callable[[Any, Any, jax.Array], tuple[Any, jax.Array]]
 
 
-def _check_int(name: str, value, low: int, high: int | None = None) -> int:
+def _check_int(name: str, value: Any, low: int, high: int | None = None) -> int:
   if (isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or
       value < low or (high is not None and value > high)):
     bound = f'an int >= {low}' if high is None else f'an int in [{low}, {high}]'
@@ -66,7 +67,7 @@ def _check_int(name: str, value, low: int, high: int | None = None) -> int:
   return int(value)
 
 
-def _orthonormal_start(key, size: int, k: int, dtype) -> jax.Array:
+def _orthonormal_start(key: jax.Array, size: int, k: int, dtype: Any) -> jax.Array:
   """``[size, k]`` orthonormal columns drawn at random (QR of a Gaussian matrix)."""
   q, r = jnp.linalg.qr(jax.random.normal(key, (size, k), dtype))
   return q * jnp.where(jnp.diagonal(r) < 0, -1.0, 1.0).astype(dtype)
@@ -128,29 +129,32 @@ def lyapunov_spectrum(cell: Cell, params: Any, inputs: jax.typing.ArrayLike, ini
   """
   recurrence.check_inputs(inputs, initial_state, lengths)
   dtype = recurrence.compute_dtype(params) or jnp.dtype(jnp.float32)
-  inputs, initial_state = recurrence.cast_floating((jnp.asarray(inputs), initial_state), dtype)
-  recurrence.check_carry(cell, params, inputs, initial_state)
-  batch, steps = inputs.shape[:2]
+  sequences: jax.Array
+  sequences, initial_state = recurrence.cast_floating((jnp.asarray(inputs), initial_state), dtype)
+  recurrence.check_carry(cell, params, sequences, initial_state)
+  batch, steps = sequences.shape[:2]
   one_carry = jax.tree_util.tree_map(lambda leaf: leaf[:1], initial_state)
   size = ravel_pytree(one_carry)[0].size
   k = _check_int('k', k, 1, size)
   if steps == 0:
-    raise ValueError(f'inputs: expected T >= 1 steps, got shape {inputs.shape}')
+    raise ValueError(f'inputs: expected T >= 1 steps, got shape {sequences.shape}')
   transient = _check_int('transient', transient, 0, steps - 1)
   every = _check_int('reorthonormalize_every', reorthonormalize_every, 1)
-  lengths = (jnp.full((batch,), steps, jnp.int32) if lengths is None
-             else recurrence.as_lengths(lengths, steps))
+  lengths_array = (jnp.full((batch,), steps, jnp.int32) if lengths is None
+                   else cast(jax.Array, recurrence.as_lengths(lengths, steps)))
   # QR after step t where the interval ends, at the end of the transient and at the last step
   t = np.arange(steps)
   decompose = ((t + 1 - transient) % every == 0) | (t == transient - 1) | (t == steps - 1)
   counted = t >= transient
   start = _orthonormal_start(jax.random.key(0) if key is None else key, size, k, dtype)
 
-  def one_sequence(x, carry, length):
+  def one_sequence(x: jax.Array, carry: Any, length: jax.Array) -> jax.Array:
     """Exponents of one sequence: ``x [T, d]``, carry leaves ``[1, ...]``."""
     flat, unravel = ravel_pytree(carry)
 
-    def step(state, inputs_t):
+    def step(state: tuple[jax.Array, jax.Array, jax.Array],
+             inputs_t: tuple[jax.Array, jax.Array, jax.Array, jax.Array]
+             ) -> tuple[tuple[jax.Array, jax.Array, jax.Array], None]:
       flat, tangents, sums = state
       x_t, t, decompose_t, counted_t = inputs_t
       alive = t < length
@@ -158,7 +162,7 @@ def lyapunov_spectrum(cell: Cell, params: Any, inputs: jax.typing.ArrayLike, ini
       new_flat, push = jax.linearize(advance, flat)
       new_tangents = jax.vmap(push, in_axes=1, out_axes=1)(tangents)
 
-      def orthonormalize(tangents):
+      def orthonormalize(tangents: jax.Array) -> tuple[jax.Array, jax.Array]:
         q, r = jnp.linalg.qr(tangents)
         return q, jnp.log(jnp.abs(jnp.diagonal(r)))
 
@@ -178,8 +182,8 @@ def lyapunov_spectrum(cell: Cell, params: Any, inputs: jax.typing.ArrayLike, ini
     return -jnp.sort(-sums / (length - transient).astype(dtype))
 
   carries = jax.tree_util.tree_map(lambda leaf: leaf[:, None], initial_state)
-  exponents = jax.vmap(one_sequence)(inputs, carries, lengths)
-  return jnp.where((lengths > transient)[:, None], exponents, jnp.nan)
+  exponents = jax.vmap(one_sequence)(sequences, carries, lengths_array)
+  return jnp.where((lengths_array > transient)[:, None], exponents, jnp.nan)
 
 
 def flossing_loss(cell: Cell, params: Any, inputs: jax.typing.ArrayLike, initial_state: Any,

@@ -23,6 +23,8 @@ valid. Token ids are checked to lie in [0, V) when concrete (not under
 ``jit``): a negative id would read the last embedding row.
 """
 
+from typing import Any
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -66,7 +68,9 @@ class Elman(nn.Module):
   biases: int = 1
 
   @nn.compact
-  def __call__(self, inputs, initial_state, lengths=None, reverse=False, table=None):
+  def __call__(self, inputs: jax.Array, initial_state: jax.Array,
+               lengths: recurrence.Lengths = None, reverse: bool = False,
+               table: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
     input_size = inputs.shape[-1] if table is None else table.shape[-1]
     params = self.param('cell', lambda key: cells.init_elman(
         key, input_size, self.hidden_size, self.recurrent_init, self.radius,
@@ -79,15 +83,17 @@ class Elman(nn.Module):
 
 
 @jax.custom_vjp
-def _readout(states, kernel):
+def _readout(states: jax.Array, kernel: jax.Array) -> jax.Array:
   return states @ kernel
 
 
-def _readout_forward(states, kernel):
+def _readout_forward(states: jax.Array, kernel: jax.Array
+                     ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
   return states @ kernel, (states, kernel)
 
 
-def _readout_backward(residuals, g_logits):
+def _readout_backward(residuals: tuple[jax.Array, jax.Array], g_logits: jax.Array
+                      ) -> tuple[jax.Array, jax.Array]:
   states, kernel = residuals
   flat_grads = g_logits.reshape(-1, g_logits.shape[-1])
   return g_logits @ kernel.T, states.reshape(-1, states.shape[-1]).T @ flat_grads
@@ -96,8 +102,9 @@ def _readout_backward(residuals, g_logits):
 _readout.defvjp(_readout_forward, _readout_backward)
 
 
-def readout_dot_general(lhs, rhs, dimension_numbers, precision=None,
-                        preferred_element_type=None):
+def readout_dot_general(lhs: jax.Array, rhs: jax.Array, dimension_numbers: Any,
+                        precision: Any = None, preferred_element_type: Any = None
+                        ) -> jax.Array:
   """``nn.Dense``'s contraction ``<float>[..., H] x [H, V] -> [..., V]`` (its
   ``dot_general``), with the kernel's gradient formed as one ``[H, N] x [N, V]``
   matmul over the N = B T flattened positions.
@@ -145,7 +152,7 @@ class LanguageModel(nn.Module):
   biases: int = 1
   dropout_rate: float = 0.0
 
-  def setup(self):
+  def setup(self) -> None:
     if self.embedding_size:
       self.embedding = nn.Embed(self.vocab_size, self.embedding_size)
     self.recurrence = Elman(self.hidden_size, self.activation, self.recurrent_init, self.radius,
@@ -153,7 +160,7 @@ class LanguageModel(nn.Module):
     self.head = nn.Dense(self.vocab_size, dot_general=readout_dot_general)
     self.dropout = nn.Dropout(self.dropout_rate)
 
-  def embed(self, ids):
+  def embed(self, ids: jax.Array) -> jax.Array:
     """``<int32>[B, T] -> <float32>[B, T, d]`` (an embedding or one-hot).
 
     Raises:
@@ -164,11 +171,12 @@ class LanguageModel(nn.Module):
       return self.embedding(ids)
     return jax.nn.one_hot(ids, self.vocab_size, dtype=jnp.float32)
 
-  def logits(self, states):
+  def logits(self, states: jax.Array) -> jax.Array:
     """``<float32>[..., H] -> <float32>[..., V]``."""
     return self.head(states)
 
-  def __call__(self, ids, initial_state, deterministic: bool = True):
+  def __call__(self, ids: jax.Array, initial_state: jax.Array, deterministic: bool = True
+               ) -> tuple[jax.Array, jax.Array]:
     no_input_dropout = deterministic or not self.dropout_rate
     if no_input_dropout and self.vocab_size <= jnp.size(ids):  # a lookup is cheaper (Elman)
       batching.check_ids('ids', ids, self.vocab_size)
@@ -180,7 +188,7 @@ class LanguageModel(nn.Module):
       states, final = self.recurrence(inputs, initial_state)
     return self.logits(self.dropout(states, deterministic=deterministic)), final
 
-  def initial_state(self, batch_size: int):
+  def initial_state(self, batch_size: int) -> jax.Array:
     return jnp.zeros((batch_size, self.hidden_size), jnp.float32)
 
 
@@ -239,9 +247,11 @@ def _dropout(inputs: jax.Array, rate: float, key: jax.Array | None) -> jax.Array
 def _first_states_layer(layer: combinators.Layer, states: jax.Array) -> combinators.Layer:
   """``layer`` whose first forward call returns ``states`` (and the final state they
   imply) instead of running the recurrence."""
-  calls = []
+  calls: list[bool] = []
 
-  def replaced(params, inputs, initial_state, lengths=None, reverse=False):
+  def replaced(params: Any, inputs: jax.Array, initial_state: jax.Array,
+               lengths: jax.Array | None = None, reverse: bool = False
+               ) -> tuple[Any, Any]:
     if calls or reverse:
       return layer(params, inputs, initial_state, lengths, reverse)
     calls.append(True)
@@ -288,7 +298,7 @@ def text_features(params: dict, ids: jax.typing.ArrayLike, lengths: jax.typing.A
   embedding_key, stack_key, features_key = (jax.random.split(key, 3) if key is not None
                                             else (None, None, None))
   lengths = lengths if last_state == 'true' else None
-  initial = combinators.zero_state(cell, layers, directions, ids.shape[0], hidden_size)
+  initial = combinators.zero_state(cell, layers, directions, jnp.shape(ids)[0], hidden_size)
   inputs = _dropout(params['embedding'][ids], dropout_rate, embedding_key)
   layer = combinators.layer_for(cell)
   if first_states is not None:
@@ -367,7 +377,7 @@ def last_states(states: jax.Array, lengths: jax.typing.ArrayLike | None) -> jax.
   [1, T]) or None (every sequence T steps) -> ``[B, H]``."""
   if lengths is None:
     return states[:, -1]
-  return jnp.take_along_axis(states, (lengths - 1)[:, None, None], axis=1)[:, 0]
+  return jnp.take_along_axis(states, (jnp.asarray(lengths) - 1)[:, None, None], axis=1)[:, 0]
 
 
 def pascanu_readout_loss(params: dict, last: jax.Array, targets: jax.typing.ArrayLike

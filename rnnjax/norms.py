@@ -31,6 +31,7 @@ References:
   square unscaled).
 """
 
+from collections.abc import Iterable
 import functools
 from typing import Any
 
@@ -41,13 +42,13 @@ import numpy as np
 __all__ = ['global_norm', 'scale_exponent', 'vector_norm']
 
 
-def _floating(dtypes) -> jnp.dtype:
+def _floating(dtypes: Iterable[Any]) -> np.dtype[Any]:
   """The widest of ``dtypes`` that is float32 or float64 (float32 for none, ints, halves)."""
   return jnp.dtype(jnp.float64) if any(jnp.dtype(d) == jnp.float64 for d in dtypes) else \
       jnp.dtype(jnp.float32)
 
 
-def _normalized_axes(axis, ndim: int) -> tuple[int, ...]:
+def _normalized_axes(axis: Any, ndim: int) -> tuple[int, ...]:
   axes = (axis,) if not isinstance(axis, (tuple, list)) else tuple(axis)
   if any(not isinstance(a, (int, np.integer)) or isinstance(a, bool) or not -ndim <= a < ndim
          for a in axes):
@@ -77,7 +78,8 @@ def _scaled_norm(x: jax.Array, axes: tuple[int, ...]) -> jax.Array:
 
 
 @_scaled_norm.defjvp
-def _norm_jvp(axes, primals, tangents):
+def _norm_jvp(axes: tuple[int, ...], primals: tuple[jax.Array],
+              tangents: tuple[jax.Array]) -> tuple[jax.Array, jax.Array]:
   """d||x|| = <x 2^-e, dx> / (||x|| 2^-e), and 0 where ||x|| = 0."""
   (x,), (dx,) = primals, tangents
   norm = _scaled_norm(x, axes)
@@ -147,14 +149,15 @@ def global_norm(tree: Any) -> jax.Array:
 
 
 @jax.custom_jvp
-def _tree_norm(leaves: list) -> jax.Array:
+def _tree_norm(leaves: list[jax.Array]) -> jax.Array:
   exponent = scale_exponent(jnp.max(jnp.stack([jnp.max(jnp.abs(leaf)) for leaf in leaves])))
   squares = sum(jnp.sum(jnp.square(jnp.ldexp(leaf, -exponent))) for leaf in leaves)
   return jnp.ldexp(jnp.sqrt(squares), exponent)
 
 
 @_tree_norm.defjvp
-def _tree_norm_jvp(primals, tangents):
+def _tree_norm_jvp(primals: tuple[list[jax.Array]], tangents: tuple[list[jax.Array]]
+                   ) -> tuple[jax.Array, jax.Array]:
   """d||g|| = sum over leaves of <g 2^-e, dg> / (||g|| 2^-e), and 0 where ||g|| = 0."""
   (leaves,), (dleaves,) = primals, tangents
   norm = _tree_norm(leaves)

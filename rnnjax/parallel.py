@@ -105,6 +105,7 @@ References:
 """
 
 import functools
+from typing import cast
 
 import jax
 import jax.numpy as jnp
@@ -123,13 +124,18 @@ DAMPING_GRID = (1e-8, 1e-6, 1e-4, 1e-2, 1.0)
 __all__ = ['METHODS', 'DAMPED_METHODS', 'DEFAULT_DAMPING', 'DAMPING_GRID', 'MAX_TOLERANCE',
            'elman_deer', 'damping_sweep']
 
+_Pair = tuple[jax.Array, jax.Array]  # (A or its diagonal, u) of h -> h A + u
+_Element = tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]  # (A, b, C, eta, J)
+_Evaluation = tuple[jax.Array, jax.Array, jax.Array, jax.Array]  # ``evaluate`` of _newton
+_Result = tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]  # of _newton
+
 # Full float32 products in the solver and its gradient: at JAX's default precision a GPU may
 # round matmul inputs to TF32 (a TPU to bfloat16), about 1e-3, and no residual test at 1e-5
 # would pass. (On CPU the default is full precision already.)
 HIGHEST = jax.lax.Precision.HIGHEST
 
 
-def _compose_matrices(earlier, later):
+def _compose_matrices(earlier: _Pair, later: _Pair) -> _Pair:
   """(A, u) then (A', u'): h -> (h A + u) A' + u' = h (A A') + (u A' + u').
 
   References:
@@ -141,14 +147,14 @@ def _compose_matrices(earlier, later):
           jnp.einsum('...i,...ij->...j', u_earlier, a_later, precision=HIGHEST) + u_later)
 
 
-def _compose_diagonals(earlier, later):
+def _compose_diagonals(earlier: _Pair, later: _Pair) -> _Pair:
   """``_compose_matrices`` for diagonal A, stored as its diagonal ``[..., H]``."""
   a_earlier, u_earlier = earlier
   a_later, u_later = later
   return a_earlier * a_later, u_earlier * a_later + u_later
 
 
-def _compose_filter_matrices(earlier, later):
+def _compose_filter_matrices(earlier: _Element, later: _Element) -> _Element:
   """Two elements of the parallel Kalman filter, full covariances (column layout).
 
   An element (A, b, C, eta, J) is p(s_j | s_{i-1}, y_{i..j}) = N(A s_{i-1} + b, C) together with
@@ -159,7 +165,9 @@ def _compose_filter_matrices(earlier, later):
 
   References:
     Sarkka & Garcia-Fernandez (2021), "Temporal parallelization of Bayesian smoothers",
-    IEEE Transactions on Automatic Control 66(1), lemma 8 and eq. (13)-(16).
+    IEEE Transactions on Automatic Control 66(1) (the filtering elements and their
+    associative operator); lindermanlab/elk, elk/utils/parallel_kalman_scalar.py (the same
+    operator for scalars).
   """
   a_i, b_i, c_i, eta_i, j_i = earlier
   a_j, b_j, c_j, eta_j, j_j = later
@@ -181,7 +189,7 @@ def _compose_filter_matrices(earlier, later):
   return a, b, (c + transpose(c)) / 2, eta, (j + transpose(j)) / 2
 
 
-def _compose_filter_diagonals(earlier, later):
+def _compose_filter_diagonals(earlier: _Element, later: _Element) -> _Element:
   """``_compose_filter_matrices`` for diagonal dynamics: every entry a scalar per unit."""
   a_i, b_i, c_i, eta_i, j_i = earlier
   a_j, b_j, c_j, eta_j, j_j = later
@@ -191,7 +199,8 @@ def _compose_filter_diagonals(earlier, later):
           a_i * shrink * j_j * a_i + j_i)
 
 
-def _damped_solve(jacobians, offset, observations, damping, diagonal):
+def _damped_solve(jacobians: jax.Array, offset: jax.Array, observations: jax.Array,
+                  damping: jax.Array, diagonal: bool) -> jax.Array:
   """ELK's damped step: the filtered means of a linear-Gaussian chain, by one parallel scan.
 
   The chain is the recurrence linearised at the current iterate y, with unit process noise, and
@@ -216,10 +225,11 @@ def _damped_solve(jacobians, offset, observations, damping, diagonal):
   padded steps A = I, u = 0, so the state is carried).
 
   The smoothed means (given all of y) would minimise the whole sum, the Levenberg-Marquardt
-  step itself; the reference code takes the filtered ones, and so does this function: on the
-  Elman grid where DEER overflows (rho 1.25 to 1.5, T 256 to 1024) the smoothed step stalls at
-  residuals near 0.1, since the observations after step t pin s_t to the old iterate wherever
-  the recurrence expands, while the filtered step converges (module docstring).
+  step itself; the reference code takes the filtered ones, and so does this function: where
+  DEER overflows (H = 4, rho 1.5 at T = 256 and 1.25 at T = 1024, damping 1e-3 and 0.1) the
+  smoothed step stalled at residuals of 0.07 to 0.11 after 200 iterations, since the
+  observations after step t pin s_t to the old iterate wherever the recurrence expands, while
+  the filtered step at damping 1e-6 and 1e-3 converged in 16 to 67.
 
   Args:
     jacobians: ``A_t <float>[T, H, H]`` (row layout, h -> h A_t), or ``[T, H]`` diagonals.
@@ -234,7 +244,7 @@ def _damped_solve(jacobians, offset, observations, damping, diagonal):
   References:
     Gonzalez, Warrington, Smith & Linderman (2024), section 4 (ELK) and lindermanlab/elk,
     elk/algs/elk.py (filtered means, sigmasq = 1 / damping); Sarkka & Garcia-Fernandez
-    (2021), "Temporal parallelization of Bayesian smoothers", lemma 8 (the elements).
+    (2021), "Temporal parallelization of Bayesian smoothers" (the elements).
   """
   gain = damping / (1.0 + damping)  # [T, 1]
   keep = 1.0 / (1.0 + damping)
@@ -254,14 +264,15 @@ def _damped_solve(jacobians, offset, observations, damping, diagonal):
   return jax.lax.associative_scan(_compose_filter_matrices, elements)[1]
 
 
-def _certified(error, residual, tolerance):
+def _certified(error: jax.Array, residual: jax.Array, tolerance: float) -> jax.Array:
   """The convergence test: residual <= tolerance and error + error^2 <= tolerance, the
   linearised error with its second-order term (module docstring); False for NaN."""
   return (residual <= tolerance) & (error + error * error <= tolerance)
 
 
-def _newton(activation, method, damping, tolerance, max_iterations, w_hh, drive, initial, guess,
-            alive):
+def _newton(activation: str, method: str, damping: float | None, tolerance: float,
+            max_iterations: int, w_hh: jax.Array, drive: jax.Array, initial: jax.Array,
+            guess: jax.Array, alive: jax.Array) -> _Result:
   """DEER, quasi-DEER, ELK or quasi-ELK on one sequence, and the error estimate of its result.
 
   Args:
@@ -277,7 +288,7 @@ def _newton(activation, method, damping, tolerance, max_iterations, w_hh, drive,
     residual <float>[], error <float>[])``: the last iterate (padded steps hold the state at
     lengths - 1), the updates made, whether residual and error estimate are within the
     tolerance, max_t |r_t| / (1 + |h_t|) and max_t |e_t| / (1 + |h_t|) of the trajectory
-    (module docstring; NaN where no estimate was made).
+    (module docstring; inf where the estimate overflowed).
 
   References:
     Lim et al. (2024) (the iteration); Gonzalez et al. (2024) (the diagonal approximation, the
@@ -286,19 +297,19 @@ def _newton(activation, method, damping, tolerance, max_iterations, w_hh, drive,
   phi = cells.ACTIVATIONS[activation]
   eye = jnp.eye(w_hh.shape[0], dtype=w_hh.dtype)
 
-  def scaled(difference, trajectory):
+  def scaled(difference: jax.Array, trajectory: jax.Array) -> jax.Array:
     """max |difference| / (1 + |h|), inf where not finite (a max over NaN may be -inf on CPU)."""
     ratio = jnp.abs(difference) / (1.0 + jnp.abs(trajectory))
     return jnp.where(jnp.all(jnp.isfinite(ratio)), jnp.max(ratio), jnp.inf)
 
-  def evaluate(trajectory):
+  def evaluate(trajectory: jax.Array) -> _Evaluation:
     """h_{t-1}, h_{t-1} W_hh, F_t(h_{t-1}) and the scaled residual of a trajectory."""
     previous = jnp.concatenate([initial[None], trajectory[:-1]])
     recurrent = jnp.matmul(previous, w_hh, precision=HIGHEST)
     target = jnp.where(alive, phi(drive + recurrent), previous)
     return previous, recurrent, target, scaled(trajectory - target, trajectory)
 
-  def linearize(evaluation, full):
+  def linearize(evaluation: _Evaluation, full: bool) -> _Pair:
     """``(A_t, u_t)`` of h_t = h_{t-1} A_t + u_t, the recurrence linearised at the trajectory:
     ``[T, H, H]`` (full) or their diagonals ``[T, H]``, and u_t with h_0 A_1 in u_1 (so the
     scan's offsets are the states; at padded steps A_t = I, u_t = 0)."""
@@ -312,12 +323,12 @@ def _newton(activation, method, damping, tolerance, max_iterations, w_hh, drive,
     offset = jnp.where(alive, target - previous * jacobians, 0.0)
     return jacobians, offset.at[0].add(initial * jacobians[0])
 
-  def newton_step(evaluation):
+  def newton_step(evaluation: _Evaluation) -> jax.Array:
     """The undamped Newton (DEER) iterate from a trajectory: full Jacobians."""
     jacobians, offset = linearize(evaluation, full=True)
     return jax.lax.associative_scan(_compose_matrices, (jacobians, offset))[1]
 
-  def method_step(trajectory, evaluation):
+  def method_step(trajectory: jax.Array, evaluation: _Evaluation) -> jax.Array:
     """The next iterate of ``method`` from a trajectory."""
     full = method in ('deer', 'elk')
     jacobians, offset = linearize(evaluation, full)
@@ -325,19 +336,22 @@ def _newton(activation, method, damping, tolerance, max_iterations, w_hh, drive,
       return jax.lax.associative_scan(_compose_matrices, (jacobians, offset))[1]
     if method == 'quasi':
       return jax.lax.associative_scan(_compose_diagonals, (jacobians, offset))[1]
+    assert damping is not None  # the damped methods have one (``elman_deer``)
     return _damped_solve(jacobians, offset, trajectory, damping * alive.astype(offset.dtype),
                          diagonal=not full)
 
   if method == 'deer':
     # The Newton step from h is -(I - N)^-1 r(h), the error estimate of h itself: each
     # iteration certifies the iterate it starts from, and moves on only if that fails.
-    def deer_unconverged(carry):
+    def deer_unconverged(carry: tuple[jax.Array, jax.Array, _Evaluation, jax.Array, jax.Array]
+                         ) -> jax.Array:
       iterations, _, evaluation, _, error = carry
       residual = evaluation[-1]
       return ~_certified(error, residual, tolerance) & jnp.isfinite(residual) & (
           iterations < max_iterations)
 
-    def deer_update(carry):
+    def deer_update(carry: tuple[jax.Array, jax.Array, _Evaluation, jax.Array, jax.Array]
+                    ) -> tuple[jax.Array, jax.Array, _Evaluation, jax.Array, jax.Array]:
       iterations, _, _, following, _ = carry
       evaluation = evaluate(following)
       step = newton_step(evaluation)
@@ -354,17 +368,19 @@ def _newton(activation, method, damping, tolerance, max_iterations, w_hh, drive,
   # The other methods' steps are no error estimates: once the residual test holds, one Newton
   # solve estimates the error; where that is too large (and finite) the Newton step is taken
   # (the iterate is close) and the method goes on from there.
-  def iterate_unconverged(carry):
+  def iterate_unconverged(carry: tuple[jax.Array, jax.Array, _Evaluation]) -> jax.Array:
     iterations, _, evaluation = carry
     residual = evaluation[-1]
     return (residual > tolerance) & jnp.isfinite(residual) & (iterations < max_iterations)
 
-  def iterate(carry):
+  def iterate(carry: tuple[jax.Array, jax.Array, _Evaluation]
+              ) -> tuple[jax.Array, jax.Array, _Evaluation]:
     iterations, trajectory, evaluation = carry
     trajectory = method_step(trajectory, evaluation)
     return iterations + 1, trajectory, evaluate(trajectory)
 
-  def certify(carry):
+  def certify(carry: tuple[jax.Array, jax.Array, _Evaluation, jax.Array, jax.Array]
+              ) -> tuple[jax.Array, jax.Array, _Evaluation, jax.Array, jax.Array]:
     iterations, trajectory, evaluation, _, _ = carry
     iterations, trajectory, evaluation = jax.lax.while_loop(
         iterate_unconverged, iterate, (iterations, trajectory, evaluation))
@@ -385,8 +401,9 @@ def _newton(activation, method, damping, tolerance, max_iterations, w_hh, drive,
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3, 4))
-def _solve(activation, method, damping, tolerance, max_iterations, w_hh, drive, initial, guess,
-           alive):
+def _solve(activation: str, method: str, damping: float | None, tolerance: float,
+           max_iterations: int, w_hh: jax.Array, drive: jax.Array, initial: jax.Array,
+           guess: jax.Array, alive: jax.Array) -> _Result:
   """``_newton`` over the batch: ``drive, guess [B, T, H]``, ``initial [B, H]``,
   ``alive [B, T, 1]``; each sequence stops on its own (``jax.vmap`` of the loop)."""
   return _solve_forward(activation, method, damping, tolerance, max_iterations, w_hh, drive,
@@ -394,24 +411,27 @@ def _solve(activation, method, damping, tolerance, max_iterations, w_hh, drive, 
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
-def _batched_newton(activation, method, damping, tolerance, max_iterations, w_hh, drive, initial,
-                    guess, alive):
+def _batched_newton(activation: str, method: str, damping: float | None, tolerance: float,
+                    max_iterations: int, w_hh: jax.Array, drive: jax.Array, initial: jax.Array,
+                    guess: jax.Array, alive: jax.Array) -> _Result:
   """``_newton`` vmapped over the batch, compiled as one program (also when called eagerly)."""
   solve = functools.partial(_newton, activation, method, damping, tolerance, max_iterations,
                             w_hh)
   return jax.vmap(solve)(drive, initial, guess, alive)
 
 
-def _solve_forward(activation, method, damping, tolerance, max_iterations, w_hh, drive, initial,
-                   guess, alive):
+def _solve_forward(activation: str, method: str, damping: float | None, tolerance: float,
+                   max_iterations: int, w_hh: jax.Array, drive: jax.Array, initial: jax.Array,
+                   guess: jax.Array, alive: jax.Array) -> tuple[_Result, tuple[jax.Array, ...]]:
   outputs = _batched_newton(activation, method, damping, tolerance, max_iterations, w_hh, drive,
                             initial, guess, alive)
   trajectory, _, converged, _, _ = outputs
   return outputs, (w_hh, trajectory, initial, alive, converged)
 
 
-def _solve_backward(activation, method, damping, tolerance, max_iterations, residuals,
-                    cotangents):
+def _solve_backward(activation: str, method: str, damping: float | None, tolerance: float,
+                    max_iterations: int, residuals: tuple[jax.Array, ...],
+                    cotangents: _Result) -> tuple[jax.Array, ...]:
   """The implicit-function-theorem gradient (module docstring), by a reversed scan.
 
   References:
@@ -492,8 +512,8 @@ def elman_deer(params: dict, inputs: jax.typing.ArrayLike, initial_state: jax.ty
     fewer if the iterate overflowed or its error could not be estimated),
     whether it converged, max_t |h_t - F_t(h_{t-1})| / (1 + |h_t|) of the
     states returned (inf once non-finite), and max_t |e_t| / (1 + |h_t|),
-    their linearised error (inf where that solve overflowed, NaN where none
-    was made: the residual test never held). Where ``converged`` is False the
+    their linearised error (one full-Jacobian Newton solve from the states;
+    inf where it overflowed). Where ``converged`` is False the
     states are the last iterate, not the recurrence's, and gradients for
     that sequence are NaN.
 
@@ -511,8 +531,10 @@ def elman_deer(params: dict, inputs: jax.typing.ArrayLike, initial_state: jax.ty
   if method not in METHODS:
     raise ValueError(f'method: expected one of {METHODS}, got {method!r}')
   recurrence.check_inputs(inputs, initial_state, lengths)
+  inputs = jnp.asarray(inputs)
   batch, steps, _ = inputs.shape
   cells.check_step('elman', params, initial_state, (batch, inputs.shape[-1]), ('W_xh', 'W_hh'))
+  initial_state = jnp.asarray(initial_state)
   hidden_size = params['W_hh'].shape[0]
   if steps == 0:
     raise ValueError(f'inputs: expected T >= 1 steps, got shape {inputs.shape}')
@@ -549,8 +571,8 @@ def elman_deer(params: dict, inputs: jax.typing.ArrayLike, initial_state: jax.ty
   if lengths is None:
     alive = jnp.ones((batch, steps, 1), bool)
   else:  # values are checked only outside jit; inside, clip to [0, T]
-    lengths = recurrence.as_lengths(lengths, steps)
-    alive = (jnp.arange(steps)[None, :] < lengths[:, None])[..., None]
+    clipped = cast(jax.Array, recurrence.as_lengths(lengths, steps))  # not None: lengths is not
+    alive = (jnp.arange(steps)[None, :] < clipped[:, None])[..., None]
   drive = inputs @ params['W_xh'] + cells.bias(params)
   guess = jnp.zeros_like(drive) if initial_guess is None else jnp.asarray(initial_guess,
                                                                           drive.dtype)

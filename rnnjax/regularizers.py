@@ -53,7 +53,8 @@ References:
   neural networks", section 3.3, eq. 9-10.
 """
 
-from typing import Callable
+from collections.abc import Callable, Mapping
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -149,7 +150,8 @@ def omega(w_hh: jax.typing.ArrayLike, states: jax.typing.ArrayLike,
   recurrence.check_inputs(states, states, lengths)
   errors = jax.lax.stop_gradient(state_gradients)
   if lengths is not None:  # the "double where": nothing of a padded step is NaN
-    alive = (jnp.arange(steps)[None, :] < recurrence.as_lengths(lengths, steps)[:, None])
+    clipped = cast(jax.Array, recurrence.as_lengths(lengths, steps))  # not None: lengths is not
+    alive = jnp.arange(steps)[None, :] < clipped[:, None]
     errors = jnp.where(alive[..., None], errors, 0.0)
     states = jnp.where(alive[..., None], states, 0.0)
   # No sum of squares: |dE/dh| of 1e19 squares past float32's range (a ratio of two such sums
@@ -158,7 +160,8 @@ def omega(w_hh: jax.typing.ArrayLike, states: jax.typing.ArrayLike,
   error_norm = norms.vector_norm(errors)  # [B, T]
   exponent = norms.scale_exponent(jnp.max(jnp.abs(errors), axis=-1, keepdims=True, initial=0.0))
   unit = jnp.ldexp(errors, -exponent)
-  sent_back = (unit * cells.activation_derivative(states, activation)) @ w_hh.T  # [B, T, H]
+  phi_prime = cells.activation_derivative(states, activation)
+  sent_back = (unit * phi_prime) @ jnp.transpose(w_hh)  # [B, T, H]
   kept = ~(error_norm < np.sqrt(bound))  # ||g||^2 >= bound; a NaN gradient is kept: Omega says so
   if lengths is not None:
     kept = kept & alive
@@ -172,13 +175,13 @@ def omega(w_hh: jax.typing.ArrayLike, states: jax.typing.ArrayLike,
   return jnp.sum(terms) / max(batch, 1)
 
 
-def omega_value_and_grad(params: dict, inputs: jax.typing.ArrayLike,
+def omega_value_and_grad(params: Mapping[str, Any], inputs: jax.typing.ArrayLike,
                          initial_state: jax.typing.ArrayLike,
                          state_gradients: jax.typing.ArrayLike, activation: str = 'tanh',
                          lengths: jax.typing.ArrayLike | None = None,
                          through_states: bool = False, ratio: str = 'squared_norm',
                          reduction: str = 'mean',
-                         bound: float = REFERENCE_BOUND) -> tuple[jax.Array, dict]:
+                         bound: float = REFERENCE_BOUND) -> tuple[jax.Array, Any]:
   """Omega of an Elman network and its gradient with respect to the cell params.
 
   The states are recomputed from ``params`` (``recurrence.scan`` of
@@ -215,8 +218,9 @@ def omega_value_and_grad(params: dict, inputs: jax.typing.ArrayLike,
   _check_options(activation, ratio, reduction, bound)
   cell = cells.elman(activation)
 
-  def of_params(params):
-    states, _ = recurrence.scan(cell, params, inputs, initial_state, lengths)
+  def of_params(params: Mapping[str, Any]) -> jax.Array:
+    # scan checks inputs itself (an array [B, T, d]; numpy's passes too)
+    states, _ = recurrence.scan(cell, params, cast(jax.Array, inputs), initial_state, lengths)
     if not through_states:
       states = jax.lax.stop_gradient(states)
     return omega(params['W_hh'], states, state_gradients, activation, lengths, ratio, reduction,
@@ -225,7 +229,7 @@ def omega_value_and_grad(params: dict, inputs: jax.typing.ArrayLike,
   return jax.value_and_grad(of_params)(params)
 
 
-def omega_penalty(params: dict, inputs: jax.typing.ArrayLike,
+def omega_penalty(params: Mapping[str, Any], inputs: jax.typing.ArrayLike,
                   initial_state: jax.typing.ArrayLike, loss_fn: Callable[[jax.Array], jax.Array],
                   activation: str = 'tanh', lengths: jax.typing.ArrayLike | None = None,
                   states: jax.typing.ArrayLike | None = None, ratio: str = 'squared_norm',
@@ -281,6 +285,6 @@ def omega_penalty(params: dict, inputs: jax.typing.ArrayLike,
                      f'{jnp.shape(states)}')
   _, errors = diagnostics.state_gradients(cell, held, inputs, initial_state, loss_fn, lengths)
   if states is None:
-    states, _ = recurrence.scan(cell, held, inputs, initial_state, lengths)
+    states, _ = recurrence.scan(cell, held, cast(jax.Array, inputs), initial_state, lengths)
   return omega(params['W_hh'], jax.lax.stop_gradient(states), errors, activation, lengths,
                ratio, reduction, bound)

@@ -61,7 +61,7 @@ def test_damped_step_is_the_filtered_least_squares_mean():
     jacobians[-2:], offset[-2:], damping[-2:] = np.eye(size), 0.0, 0.0  # padding
     for diagonal in (False, True):
       dense = np.stack([np.diag(np.diag(a)) for a in jacobians]) if diagonal else jacobians
-      got = parallel._damped_solve(
+      got = jax.jit(parallel._damped_solve, static_argnums=4)(
           jnp.asarray(np.stack([np.diag(a) for a in jacobians]) if diagonal else jacobians),
           jnp.asarray(offset), jnp.asarray(observations), jnp.asarray(damping), diagonal)
       for t in range(1, steps + 1):
@@ -166,8 +166,9 @@ def test_converged_means_within_the_tolerance_of_the_fixed_point():
   """Issue 26: tolerance 1.0 'converged' after 0 iterations on the zero guess (off by 1.0),
   0.5 after 1 iteration (off by 0.42). Such tolerances are refused, and wherever a sequence
   reports convergence, its states are within the tolerance of the float64 recurrence, for
-  each method, over tolerances from 1e-5 to the largest allowed, 0.1, and spectral radii 0.9
-  to 1.5 (the residual test alone left quasi-DEER 1.6 and DEER 1.9 times the tolerance away)."""
+  each method, at tolerances 1e-5 and just below the largest allowed, 0.1 (ELK: 1e-3), and
+  spectral radii 0.9 to 1.5 (the residual test alone left quasi-DEER up to 1.6 and DEER up to
+  1.9 times the tolerance away on such problems)."""
   params, inputs, initial = _problem(1, 0.9)
   for tolerance in (1.0, 0.5, 0.1 + 1e-9):
     with pytest.raises(ValueError, match=r'tolerance: expected a value in \[eps, 0.1\) = '
@@ -180,7 +181,7 @@ def test_converged_means_within_the_tolerance_of_the_fixed_point():
   stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *problems)
   expected = np.stack([_sequential_float64(*problem) for problem in problems])
   for method in parallel.METHODS:
-    for tolerance in ((1e-5, 1e-3, 0.1 - 1e-9) if method in ('deer', 'quasi') else (1e-3,)):
+    for tolerance in ((1e-5, 0.1 - 1e-9) if method in ('deer', 'quasi') else (1e-3,)):
       run = jax.jit(jax.vmap(functools.partial(parallel.elman_deer, method=method,
                                                tolerance=tolerance)))
       states, _, info = run(*stacked)
