@@ -1,37 +1,31 @@
 """Where a group's training state and batches live: one mesh over every device.
 
-The mesh has one axis, 'devices', over ``jax.devices()`` (every process's
-devices when several processes run under ``jax.distributed``). Two layouts:
-
-  'data'  data parallel: the batch axis of every batch and of the recurrent
-          carry is split over the devices; params, optimizer state and
-          counters are replicated, and XLA sums the gradients across devices.
-  'runs'  the run axis of a vmapped group is split over the devices: each
-          device trains its slice of the runs (the natural way to spread a
-          sweep over a multi-GPU node); batches are replicated.
-
-'auto' (the default) uses every device: 'runs' when the group's runs divide
-evenly over them, else 'data' when the batch does, else one device. With one
-device nothing is placed at all. Host values become global arrays through
-``jax.make_array_from_callback``, so every process passes the same host
-value (the same seeds, the same batch) and keeps only its own shards.
+The mesh has one axis, 'devices', over ``jax.devices()`` (every process's under
+``jax.distributed``). Layouts: 'data' splits the batch axis of batches and carry over the
+devices (params and optimizer state replicated, XLA sums the gradients); 'runs' splits the run
+axis of a vmapped group (batches replicated); 'auto' takes 'runs' where the runs divide over
+the devices, else 'data' where the batch does, else one device. With one device nothing is
+placed. Host values become global arrays through ``jax.make_array_from_callback``, so every
+process passes the same host value and keeps its own shards.
 """
 
 import math
 import os
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from absl import logging
 import jax
 from jax.experimental import multihost_utils
 import numpy as np
 
+__all__ = ['LAYOUTS', 'Placement', 'memory_bytes', 'placement', 'needs_one_step_at_a_time',
+           'place_state', 'place_batch', 'replicated', 'to_host', 'put_like', 'describe']
+
 LAYOUTS = ('auto', 'data', 'runs')
 
 
 def memory_bytes() -> int:
-  """The memory of this process's first device in bytes: the limit XLA reports for it
-  (GPUs, TPUs), else the host's physical memory (CPU)."""
+  """Bytes of this process's first device: XLA's limit (GPU, TPU), else the host's memory."""
   stats = jax.local_devices()[0].memory_stats() or {}
   if stats.get('bytes_limit'):
     return int(stats['bytes_limit'])
@@ -44,25 +38,18 @@ class Placement(NamedTuple):
   mesh: jax.sharding.Mesh | None
 
 
-def _batch_size(batch):
+def _batch_size(batch: Any) -> int | None:
   sizes = {np.shape(leaf)[0] for leaf in jax.tree_util.tree_leaves(batch) if np.ndim(leaf)}
   return sizes.pop() if len(sizes) == 1 else None
 
 
-def placement(layout: str, runs: int, batch) -> Placement:
-  """The placement of a group of ``runs`` runs whose batches look like ``batch``.
-
-  Args:
-    layout: 'auto', 'data' or 'runs' (``config.layout``).
-    runs: R, the runs of the group.
-    batch: a batch of the task (its leading axes are the batch axis).
-
-  Returns:
-    a ``Placement`` on ``jax.devices()``.
+def placement(layout: str, runs: int, batch: Any) -> Placement:
+  """The ``Placement`` on ``jax.devices()`` of a group of ``runs`` runs whose batches look
+  like ``batch`` (leading axes: the batch axis), for ``layout`` (``config.layout``).
 
   Raises:
-    ValueError: naming ``config.layout`` for an unknown layout, or a layout the
-      group cannot take (runs or batch not divisible by the number of devices).
+    ValueError: naming ``config.layout``: unknown, or one the group cannot take (runs or
+      batch not divisible by the number of devices).
   """
   if layout not in LAYOUTS:
     raise ValueError(f'config.layout: expected one of {LAYOUTS}, got {layout!r}')
@@ -85,74 +72,65 @@ def placement(layout: str, runs: int, batch) -> Placement:
     raise ValueError("config.layout: 'data' needs batches with a batch axis to split; this "
                      "task's steps draw their batches inside the compiled program (use 'runs' or "
                      "'auto')")
-  if layout == 'data' and batch_size % count:
+  if layout == 'data' and batch_size is not None and batch_size % count:
     raise ValueError(f"config.layout: 'data' needs a batch size divisible by the {count} "
                      f'devices, got {batch_size}')
   return Placement(layout, jax.sharding.Mesh(np.array(devices), ('devices',)))
 
 
 def needs_one_step_at_a_time(where: Placement) -> bool:
-  """Whether a step over ``where`` must finish before the next is dispatched: over
-  several CPU devices. XLA:CPU's client (jaxlib 0.10.2) deadlocks when two of
-  these programs are in flight at once: a device's next step holds the device and
-  waits for the inputs its previous step, queued behind it, would write, while
-  the other device waits in the step's all-reduce (gdb stacks; 5 of 5 tries of
-  8,000 data-parallel steps over 2 devices hung, none of 5 after).
-  Over several CPU devices waiting is also faster: 32 runs split over 2 devices
-  trained 200 steps in 4.4 s waiting, 6.9 s not. GPUs and TPUs keep their
-  asynchronous dispatch."""
+  """Whether a step over ``where`` must finish before the next is dispatched: over several
+  CPU devices, where XLA:CPU's client deadlocks with two such programs in flight (a
+  device's next step waits for inputs its previous step, queued behind it, would write,
+  while the other device waits in the all-reduce); waiting is also faster there. GPUs and
+  TPUs keep their asynchronous dispatch."""
   return where.mesh is not None and where.mesh.devices.flat[0].platform == 'cpu'
 
 
-def _global(value, sharding):
+def _global(value: Any, sharding: jax.sharding.Sharding) -> jax.Array:
   host = np.asarray(value)
   return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
 
 
-def _spec(leaf, axis):
-  """A PartitionSpec splitting ``axis`` of ``leaf`` over 'devices' (None: replicated)."""
-  if axis is None or np.ndim(leaf) <= axis:
-    return jax.sharding.PartitionSpec()
-  return jax.sharding.PartitionSpec(*([None] * axis + ['devices']))
+def _place(mesh: jax.sharding.Mesh, tree: Any, axis: int | None) -> Any:
+  """``tree`` as global arrays on ``mesh``, each leaf's ``axis`` split over the devices
+  (None, or a leaf without that axis: replicated)."""
+  def one(leaf: Any) -> jax.Array:
+    spec = jax.sharding.PartitionSpec()
+    if axis is not None and np.ndim(leaf) > axis:
+      spec = jax.sharding.PartitionSpec(*[None] * axis, 'devices')
+    return _global(leaf, jax.sharding.NamedSharding(mesh, spec))
+  return jax.tree_util.tree_map(one, tree)
 
 
-def place_state(where: Placement, state):
-  """A ``trainer.TrainState`` as global arrays laid out for ``where`` (on one device: put
-  there): 'runs' splits every per-run leaf's axis 0, 'data' the carry's batch axis 1."""
+def place_state(where: Placement, state: Any) -> Any:
+  """A ``trainer.TrainState`` laid out for ``where`` (one device: put there): 'runs' splits
+  every leaf's run axis 0, 'data' the carry's batch axis 1."""
   if where.mesh is None:
     return jax.device_put(state)
-
-  def place(tree, axis):
-    return jax.tree_util.tree_map(lambda leaf: _global(leaf, jax.sharding.NamedSharding(
-        where.mesh, _spec(leaf, axis))), tree)
-
-  per_run = 0 if where.layout == 'runs' else None
-  placed = {name: place(value, per_run) for name, value in state._asdict().items()}
-  return state._replace(**placed, carry=place(state.carry, 0 if where.layout == 'runs' else 1),
-                        step=place(state.step, None))
+  runs = where.layout == 'runs'
+  placed = {name: _place(where.mesh, value, 0 if runs else None)
+            for name, value in state._asdict().items()}
+  return state._replace(**placed, carry=_place(where.mesh, state.carry, 0 if runs else 1))
 
 
-def place_batch(where: Placement, batch):
-  """A batch as global arrays: split on its batch axis for 'data', else replicated."""
+def place_batch(where: Placement, batch: Any) -> Any:
+  """A batch laid out for ``where``: split on its batch axis for 'data', else replicated."""
   if where.mesh is None:
     return batch
-  axis = 0 if where.layout == 'data' else None
-  return jax.tree_util.tree_map(
-      lambda leaf: _global(leaf, jax.sharding.NamedSharding(where.mesh, _spec(leaf, axis))),
-      batch)
+  return _place(where.mesh, batch, 0 if where.layout == 'data' else None)
 
 
-def replicated(where: Placement):
-  """The sharding that restores a checkpoint onto every device of ``where`` (whatever
-  devices it was saved from)."""
+def replicated(where: Placement) -> jax.sharding.Sharding:
+  """The sharding that restores a checkpoint onto every device of ``where``."""
   if where.mesh is None:
     return jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
   return jax.sharding.NamedSharding(where.mesh, jax.sharding.PartitionSpec())
 
 
-def to_host(tree):
+def to_host(tree: Any) -> Any:
   """Numpy copies of a pytree of (possibly global, possibly other processes') arrays."""
-  def host(leaf):
+  def host(leaf: Any) -> np.ndarray:
     if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
       if leaf.is_fully_replicated:
         return np.asarray(leaf.addressable_data(0))
@@ -161,7 +139,7 @@ def to_host(tree):
   return jax.tree_util.tree_map(host, tree)
 
 
-def put_like(value, reference: jax.Array) -> jax.Array:
+def put_like(value: Any, reference: jax.Array) -> jax.Array:
   """A host value as an array laid out as ``reference`` (its sharding, every process)."""
   if isinstance(reference, jax.Array) and not reference.is_fully_addressable:
     return _global(value, reference.sharding)
@@ -169,6 +147,7 @@ def put_like(value, reference: jax.Array) -> jax.Array:
 
 
 def describe(where: Placement) -> str:
+  """One line: the devices, processes and what is split over them."""
   if where.mesh is None:
     return 'one device'
   count = math.prod(where.mesh.devices.shape)

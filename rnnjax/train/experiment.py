@@ -1,28 +1,28 @@
 """One kind of experiment: its config fields with their checks, its task and its report.
 
-An experiment is an ``Experiment`` object, the attribute ``EXPERIMENT`` of a module
-anywhere on ``sys.path``; a config names it by that module's path
-(``config.experiment = 'experiments.char_lm'``, or ``'mylab.copy_task'`` in a
-project of one's own). Its config is ``TRAINER_FIELDS`` (what every run has:
-seed, steps, optimizer, clipping, ...) plus the experiment's own ``fields``,
-each a ``Field``: a default, a ``Check`` and a line of help. ``config()`` builds
-the default config, ``check()`` checks every field, ``override()`` is the one way
-a config gets values from a sweep, a group or the command line.
+An experiment is the ``Experiment`` named ``EXPERIMENT`` of a module anywhere on ``sys.path``;
+a config names it by the module's path (``config.experiment = 'experiments.char_lm'``). Its
+config is ``TRAINER_FIELDS`` plus its own ``fields``; ``override`` is the one way a config gets
+values (from a sweep, a group or the command line).
 """
 
 import copy
 import dataclasses
 import decimal
+import difflib
 import importlib
 import json
 import math
-from typing import Any, Callable, Mapping, NamedTuple
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import ml_collections
 import numpy as np
 
+from rnnjax.train import devices
+from rnnjax.train import optimizers
+
 __all__ = ['Check', 'Field', 'Experiment', 'TRAINER_FIELDS', 'integer', 'number', 'one_of',
-           'check', 'load', 'locate', 'override', 'as_dict', 'from_dict', 'group_key']
+           'check', 'load', 'locate', 'override', 'as_dict', 'from_dict', 'flat', 'group_key']
 
 
 class Check(NamedTuple):
@@ -31,12 +31,8 @@ class Check(NamedTuple):
   test: Callable[[Any], bool]
 
 
-def _is_int(value) -> bool:
+def _is_int(value: Any) -> bool:
   return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value) -> bool:
-  return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def integer(low: int, below: int | None = None) -> Check:
@@ -47,14 +43,13 @@ def integer(low: int, below: int | None = None) -> Check:
 
 def number(low: float = 0.0, strict: bool = False, high: float = math.inf) -> Check:
   """A finite number >= ``low`` (> with ``strict``) and below ``high``."""
-  if high < math.inf:
-    return Check(f'a value in {"(" if strict else "["}{low:g}, {high:g})',
-                 lambda v: _is_number(v) and (low < v if strict else low <= v) and v < high)
-  return Check(f'a finite value {">" if strict else ">="} {low:g}',
-               lambda v: _is_number(v) and (low < v if strict else low <= v) and v < math.inf)
+  expected = (f'a value in {"(" if strict else "["}{low:g}, {high:g})' if high < math.inf
+              else f'a finite value {">" if strict else ">="} {low:g}')
+  return Check(expected, lambda v: (isinstance(v, (int, float)) and not isinstance(v, bool)
+                                    and (low < v if strict else low <= v) and v < high))
 
 
-def one_of(choices) -> Check:
+def one_of(choices: Sequence[str]) -> Check:
   """One of ``choices`` (shown as given: a tuple or a sorted list)."""
   return Check(f'one of {choices!r}', lambda v: isinstance(v, str) and v in choices)
 
@@ -71,10 +66,10 @@ TRAINER_FIELDS = {
                            lambda v: _is_int(v) and 0 <= v < 2**32),
                   'init, data order, dropout: one seed fixes a run'),
     'steps': Field(1000, integer(1), 'training steps (updates)'),
-    'optimizer': Field('sgd', one_of(['adagrad', 'adam', 'adamw', 'sgd']),
+    'optimizer': Field('sgd', one_of(sorted(optimizers.OPTIMIZERS)),
                        'sgd | adagrad | adam | adamw'),
     'learning_rate': Field(0.01, number(0.0, strict=True), 'of the optimizer'),
-    'clipping': Field('none', one_of(('none', 'global_norm', 'elementwise', 'pascanu')),
+    'clipping': Field('none', one_of(optimizers.CLIPPINGS),
                       'none | global_norm | elementwise | pascanu (global norm with the '
                       'reference fallback of Pascanu et al.)'),
     'clip_threshold': Field(1.0, None, 'c of the clipping (ignored for none)'),
@@ -91,13 +86,12 @@ TRAINER_FIELDS = {
                               'profile'),
     'on_divergence': Field('stop', one_of(('stop', 'skip')),
                            'a NaN/Inf step: stop the run, or skip its update'),
-    'layout': Field('auto', one_of(('auto', 'data', 'runs')),
+    'layout': Field('auto', one_of(devices.LAYOUTS),
                     'over several devices: split the batch (data) or the runs'),
     'log_every': Field(100, integer(1), 'steps between metrics lines'),
     'checkpoint_every': Field(0, integer(0), 'steps between checkpoints (0: only at the end)'),
 }
-# Fields whose values change no program: runs differing only in these (and clipping
-# none / global_norm, one chain at an infinite threshold) train as one vmapped group.
+# Fields whose values change no program (clipping: within its ``optimizers.family``).
 TRAINER_VMAPPABLE = ('learning_rate', 'clip_threshold', 'clipping', 'flossing_weight')
 
 
@@ -107,16 +101,13 @@ class Experiment:
 
   Attributes:
     name: its module's path (``__name__`` where it is defined).
-    task: ``task(config) -> trainer.Task``: reads and checks the data, builds
-      the model and loss (the config is the group's first). Raises ValueError
-      naming ``config.<field>``.
-    fields: its own config fields (they may replace a trainer field's default
-      or check, e.g. ``steps``).
+    task: ``task(config) -> trainer.Task`` of a group (its first config): data, model, loss.
+      Raises ValueError naming ``config.<field>``.
+    fields: its own config fields (one may replace a trainer field's default or check).
     report: the summary fields a sweep tabulates.
-    check: cross-field rules beyond each field's ``Check``, raising ValueError
-      naming ``config.<field>``.
+    check: cross-field rules beyond each field's ``Check`` (ValueError naming the field).
     vmappable: its fields that change no program (with ``TRAINER_VMAPPABLE``).
-    plots: ``('profile', key)`` or ``('heatmap', value, x, panel_keys)``.
+    plots: as ``report.write`` draws them.
     work: a step's relative cost, for a sweep's progress and order.
   """
   name: str
@@ -131,12 +122,8 @@ class Experiment:
   def all_fields(self) -> dict[str, Field]:
     return {**TRAINER_FIELDS, **self.fields}
 
-  def config(self, **values) -> ml_collections.ConfigDict:
-    """The default config (trainer fields, then the experiment's), with ``values`` set.
-
-    Raises:
-      ValueError: for a value of a field the experiment does not have.
-    """
+  def config(self, **values: Any) -> ml_collections.ConfigDict:
+    """The default config with ``values`` set (ValueError for a field it lacks)."""
     config = ml_collections.ConfigDict({'experiment': self.name})
     for name, field in self.all_fields().items():
       config[name] = copy.deepcopy(field.default)
@@ -149,11 +136,11 @@ class Experiment:
 
 
 def load(name: str) -> Experiment:
-  """The ``EXPERIMENT`` of the module at the path ``name`` (any importable module).
+  """The ``EXPERIMENT`` of the module at the path ``name``.
 
   Raises:
-    ValueError: naming ``config.experiment``, for a name that is no module path,
-      a module that cannot be imported or one without an ``Experiment``.
+    ValueError: naming ``config.experiment``: no module path, a module that cannot be
+      imported or one without an ``Experiment``.
   """
   if not (isinstance(name, str) and name and all(part.isidentifier()
                                                   for part in name.split('.'))):
@@ -171,7 +158,7 @@ def load(name: str) -> Experiment:
   return experiment
 
 
-def _passes(rule: Check, value) -> bool:
+def _passes(rule: Check, value: Any) -> bool:
   try:
     return bool(rule.test(value))
   except TypeError:  # a value of another type than the check compares
@@ -182,8 +169,8 @@ def check(experiment: Experiment, config: ml_collections.ConfigDict) -> None:
   """Checks every field of ``config`` and the experiment's cross-field rules.
 
   Raises:
-    ValueError: ``config.<field>: expected ..., got ...`` for the first field
-      that fails, a config of another experiment, or one that lacks a field.
+    ValueError: ``config.<field>: expected ..., got ...`` for the first field that fails,
+      a config of another experiment, or one that lacks a field.
   """
   if config.get('experiment') != experiment.name:
     raise ValueError(f'config.experiment: expected {experiment.name!r} (the experiment this '
@@ -194,19 +181,18 @@ def check(experiment: Experiment, config: ml_collections.ConfigDict) -> None:
                        'for?')
     if field.check is not None and not _passes(field.check, config[name]):
       raise ValueError(f'config.{name}: expected {field.check.expected}, got {config[name]!r}')
-  if config.clipping != 'none' and not number(0.0, strict=True).test(config.clip_threshold):
-    raise ValueError(f'config.clip_threshold: expected a finite value > 0 for clipping='
-                     f'{config.clipping!r}, got {config.clip_threshold!r}')
+  try:  # the optimizer's own rules across its fields (the clip threshold of a clipping)
+    optimizers.check(config.optimizer, config.learning_rate, config.clipping,
+                     config.clip_threshold)
+  except ValueError as error:
+    raise ValueError(f'config.{error}') from None
   if experiment.check is not None:
     experiment.check(config)
 
 
-def _plain(value, name: str):
-  """``value`` as a config holds it: numpy scalars and arrays become Python values.
-
-  Raises:
-    ValueError: for a value of another type (a Decimal, an object), naming the field.
-  """
+def _plain(value: Any, name: str) -> Any:
+  """``value`` as a config holds it: numpy scalars and arrays become Python values;
+  ValueError naming the field for another type (a Decimal, an object)."""
   if isinstance(value, np.generic):
     return value.item()
   if isinstance(value, np.ndarray):
@@ -226,10 +212,9 @@ def locate(config: ml_collections.ConfigDict, name: str) -> tuple:
   """The ConfigDict that holds the dotted field ``name`` and the field's key in it.
 
   Raises:
-    ValueError: ``config.<name>: the config has no field ...``, naming the closest
-      field, or the value that has no fields.
+    ValueError: ``config.<name>: the config has no field ...``, naming the closest field,
+      or the value that has no fields.
   """
-  import difflib
   holder, parts = config, name.split('.')
   for depth, part in enumerate(parts):
     fields = list(holder.keys()) if isinstance(holder, ml_collections.ConfigDict) else []
@@ -250,14 +235,12 @@ def locate(config: ml_collections.ConfigDict, name: str) -> tuple:
 
 def override(config: ml_collections.ConfigDict, values: Mapping[str, Any]
              ) -> ml_collections.ConfigDict:
-  """A copy of ``config`` with ``values`` (dotted names, ``{'model.size': 3}``) set.
-
-  The one way a config gets values (a sweep's run, a group's run, the command
-  line). Numpy scalars become Python numbers.
+  """A copy of ``config`` with ``values`` (dotted names, ``{'model.size': 3}``) set; numpy
+  scalars become Python numbers.
 
   Raises:
-    ValueError: naming the field, for a field the config lacks (with the closest
-      name) or a value of a type a config cannot hold.
+    ValueError: naming the field: one the config lacks (with the closest name), or a value
+      of a type it cannot hold.
   """
   config = copy.deepcopy(config)
   for name, value in values.items():
@@ -277,25 +260,34 @@ def as_dict(config: ml_collections.ConfigDict) -> dict:
 
 
 def from_dict(experiment: Experiment, values: Mapping[str, Any]) -> ml_collections.ConfigDict:
-  """The config a JSON dict (``as_dict``, a config.json) stands for: the experiment's
-  defaults with its values, lists back to tuples where the default is a tuple."""
+  """The config of a JSON dict (``as_dict``, a config.json): the experiment's defaults with
+  its values, lists back to tuples where the default is a tuple."""
   if values.get('experiment', experiment.name) != experiment.name:
     raise ValueError(f'config.experiment: expected {experiment.name!r} (the experiment this '
                      f'job runs), got {values["experiment"]!r}')
   defaults = experiment.config()
 
-  def typed(name, value):
+  def typed(name: str, value: Any) -> Any:
     return tuple(value) if isinstance(value, list) and isinstance(defaults.get(name),
                                                                   tuple) else value
   return override(defaults, {k: typed(k, v) for k, v in values.items() if k != 'experiment'})
 
 
+def flat(record: Mapping, prefix: str = '') -> dict:
+  """A nested dict (a config.json) as one dict of dotted names: ``{'model.size': 3}``."""
+  out = {}
+  for key, value in record.items():
+    if isinstance(value, Mapping):
+      out.update(flat(value, f'{prefix}{key}.'))
+    else:
+      out[f'{prefix}{key}'] = value
+  return out
+
+
 def group_key(experiment: Experiment, config: ml_collections.ConfigDict) -> tuple:
-  """Runs with equal keys can train in one vmapped group: every field but the
-  vmappable ones, with clipping reduced to the chain it runs on and flossing to
-  whether it is on."""
+  """Runs with equal keys can train in one vmapped group: every field but the vmappable
+  ones, with clipping reduced to its chain's family and flossing to whether it is on."""
   vmappable = set(TRAINER_VMAPPABLE) | set(experiment.vmappable)
-  family = config.clipping if config.clipping in ('elementwise', 'pascanu') else 'global_norm'
-  return tuple(sorted((k, repr(v)) for k, v in config.to_dict().items()
-                      if k not in vmappable)) + (('clipping_family', family),
-                                                 ('flossing', config.flossing_weight > 0))
+  fixed = sorted((k, repr(v)) for k, v in config.to_dict().items() if k not in vmappable)
+  return tuple(fixed) + (('clipping_family', optimizers.family(config.clipping)),
+                         ('flossing', config.flossing_weight > 0))

@@ -1,20 +1,17 @@
-"""Optimizer chains built from a config, and the measurements they record at every step.
+"""Optimizer chains built from a config: clip -> optimizer -> (decay) -> measure.
 
-A chain is ``clip -> optimizer -> measure_updates`` (``rnnjax.clipping``) inside
-``optax.inject_hyperparams``, so ``opt_state.hyperparams`` holds the learning
-rate and the clip threshold as arrays: runs that differ only in these values
-share one ``update`` function, one compiled step and one vmapped group. No
-clipping is global-norm clipping at an infinite threshold; 'pascanu' is
-global-norm clipping with the reference code's fallback (``clipping.clip_pascanu``),
-which never turns a non-finite gradient into a non-finite update
-(``handles_non_finite``).
+The chain sits inside ``optax.inject_hyperparams``, so ``opt_state.hyperparams`` holds the
+learning rate and the clip threshold as arrays: runs that differ only in these values share
+one ``update`` function, one compiled step and one vmapped group. No clipping is global-norm
+clipping at an infinite threshold.
 
 References:
-  Pascanu, Mikolov & Bengio (2013), "On the difficulty of training recurrent
-  neural networks", algorithm 1.
+  Pascanu, Mikolov & Bengio (2013), "On the difficulty of training recurrent neural
+  networks", algorithm 1 (``rnnjax.clipping``).
 """
 
 import math
+from typing import Any
 
 import optax
 
@@ -33,18 +30,20 @@ OPTIMIZERS = {
 CLIPPINGS = ('none', 'global_norm', 'elementwise', 'pascanu')
 
 
+def _positive(value: Any) -> bool:
+  return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf
+
+
 def check(name: str, learning_rate: float, clipping: str = 'none',
           clip_threshold: float = 1.0) -> None:
   """Raises ValueError naming the argument, as ``make_optimizer`` would."""
   if name not in OPTIMIZERS:
     raise ValueError(f'optimizer: expected one of {sorted(OPTIMIZERS)}, got {name!r}')
-  if isinstance(learning_rate, bool) or not (isinstance(learning_rate, (int, float)) and
-                                              0 < learning_rate < math.inf):
+  if not _positive(learning_rate):
     raise ValueError(f'learning_rate: expected a finite value > 0, got {learning_rate!r}')
   if clipping not in CLIPPINGS:
     raise ValueError(f'clipping: expected one of {CLIPPINGS}, got {clipping!r}')
-  if clipping != 'none' and not (isinstance(clip_threshold, (int, float)) and
-                                 0 < clip_threshold < math.inf):
+  if clipping != 'none' and not _positive(clip_threshold):
     raise ValueError(f'clip_threshold: expected a finite value > 0 for clipping={clipping!r}, '
                      f'got {clip_threshold!r}')
 
@@ -55,68 +54,54 @@ def family(clipping: str) -> str:
 
 
 def handles_non_finite(clipping: str) -> bool:
-  """Whether the chain of ``clipping`` replaces a non-finite gradient by a finite update
-  ('pascanu': the reference fallback), so that a step is judged by the update it
-  applies (the trainer's finiteness test), not by the gradient's norm."""
+  """Whether the chain turns a non-finite gradient into a finite update ('pascanu': the
+  reference fallback), so that a step is judged by its update, not its gradient."""
   return family(clipping) == 'pascanu'
 
 
 def make_optimizer(name: str, learning_rate: float, clipping: str = 'none',
                    clip_threshold: float = 1.0, decay: float = 1.0, decay_every: int = 0,
                    decay_begin: int = 0) -> optax.GradientTransformation:
-  """Clipping, then the optimizer (and its decay), then the update measurement; two
-  numbers injected.
-
-  ``opt_state.hyperparams`` holds ``learning_rate`` and ``clip_threshold``
-  (inf for no clipping) as float32 arrays, so the ``update`` of one chain
-  serves the states of every chain of the same optimizer and clipping family;
-  ``measurements(opt_state)`` reads what the last update saw.
+  """The chain; ``measurements(opt_state)`` reads what its last update saw.
 
   Args:
-    name: 'sgd', 'adagrad' (accumulator from 0, eps 1e-8 inside the square
-      root), 'adam' or 'adamw'.
+    name: 'sgd', 'adagrad' (accumulator from 0, eps 1e-8), 'adam' or 'adamw'.
     learning_rate: finite, > 0.
-    clipping: 'none', 'global_norm', 'elementwise' or 'pascanu' (global norm
-      with the reference fallback; needs params with a 'W_hh' leaf).
+    clipping: one of ``CLIPPINGS`` ('pascanu' needs params with a 'W_hh' leaf).
     clip_threshold: c, finite and > 0 (ignored for 'none').
     decay, decay_every, decay_begin: the learning rate times ``decay`` every
-      ``decay_every`` steps from step ``decay_begin`` on (a staircase,
-      ``optax.exponential_decay``); decay_every 0: constant.
+      ``decay_every`` steps from step ``decay_begin`` on (a staircase); 0: constant.
 
   Raises:
-    ValueError: naming the argument, for unknown names or out-of-range values.
+    ValueError: naming the argument (``check``).
   """
   check(name, learning_rate, clipping, clip_threshold)
   chain_family = family(clipping)
 
-  def factory(learning_rate, clip_threshold):
+  def factory(learning_rate: float, clip_threshold: float) -> optax.GradientTransformation:
     clip = (clippers.clip_pascanu(clip_threshold) if chain_family == 'pascanu'
             else clippers.clip(chain_family, clip_threshold))
-    schedule = (optax.scale_by_schedule(optax.exponential_decay(
-        1.0, decay_every, decay, decay_begin, staircase=True)) if decay_every else
-        optax.identity())
+    schedule = optax.identity()
+    if decay_every:
+      schedule = optax.scale_by_schedule(optax.exponential_decay(
+          1.0, decay_every, decay, decay_begin, staircase=True))
     return optax.chain(clip, OPTIMIZERS[name](learning_rate), schedule,
                        clippers.measure_updates())
 
-  return optax.inject_hyperparams(factory)(
-      learning_rate=learning_rate, clip_threshold=math.inf if clipping == 'none' else
-      clip_threshold)
+  threshold = math.inf if clipping == 'none' else clip_threshold
+  return optax.inject_hyperparams(factory)(learning_rate=learning_rate, clip_threshold=threshold)
 
 
-def from_config(config) -> optax.GradientTransformation:
+def from_config(config: Any) -> optax.GradientTransformation:
   """``make_optimizer`` of a config's optimizer, learning rate, clipping and decay."""
   return make_optimizer(config.optimizer, config.learning_rate, config.clipping,
                         config.clip_threshold, config.learning_rate_decay, config.decay_every,
                         config.decay_begin)
 
 
-def measurements(opt_state) -> dict:
-  """What the last update of a ``make_optimizer`` chain measured.
-
-  Returns:
-    ``{'grad_norm': <float32>[] pre-clip global norm, 'clipped': <bool>[],
-    'update_norm': <float32>[] global norm of the update}``.
-  """
+def measurements(opt_state: Any) -> dict:
+  """``{'grad_norm': <float32>[] pre-clip global norm, 'clipped': <bool>[], 'update_norm':
+  <float32>[] global norm of the update}`` of the chain's last update."""
   clip_state, update_state = opt_state.inner_state[0], opt_state.inner_state[-1]
   return {'grad_norm': clip_state.gradient_norm, 'clipped': clip_state.clipped,
           'update_norm': update_state.update_norm}
