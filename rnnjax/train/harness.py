@@ -8,11 +8,14 @@ TensorBoard) is the trainer's.
 """
 
 import os
+import pathlib
 import time
+from typing import Callable, Sequence
 
 from absl import logging
 import jax
 from jax.experimental import multihost_utils
+from ml_collections import ConfigDict
 
 from rnnjax.train import devices
 from rnnjax.train import experiment as experiments
@@ -23,7 +26,7 @@ from rnnjax.train import trainer
 __all__ = ['check_memory', 'run_group']
 
 
-def check_memory(task, config, runs: int) -> None:
+def check_memory(task: trainer.Task, config: ConfigDict, runs: int) -> None:
   """Checks that a group's training state (params, optimizer state, carry) fits in
   the device's memory, from its shapes alone (``jax.eval_shape``: nothing is
   allocated), before any folder is touched.
@@ -45,9 +48,11 @@ def check_memory(task, config, runs: int) -> None:
         'model')
 
 
-def run_group(experiment, configs, folders, overwrite: str = 'none', stop_requested=None,
-              provenance: dict | None = None, programs: trainer.Programs | None = None,
-              on_progress=None) -> list[dict]:
+def run_group(experiment: experiments.Experiment, configs: Sequence[ConfigDict],
+              folders: Sequence[pathlib.Path], overwrite: str = 'none',
+              stop_requested: Callable[[], bool] | None = None, provenance: dict | None = None,
+              programs: trainer.Programs | None = None,
+              on_progress: Callable[[int], None] | None = None) -> list[dict]:
   """Trains (or resumes) the runs of a group and writes their summaries.
 
   Args:
@@ -76,8 +81,8 @@ def run_group(experiment, configs, folders, overwrite: str = 'none', stop_reques
   for run in plans:
     if run.action == 'refused':
       raise ValueError(run.reason)
-  summaries = [run_folder.read_json(run.folder / run_folder.SUMMARY)
-               if run.action == 'ended' else None for run in plans]
+  summaries: list[dict] = [run_folder.read_json(run.folder / run_folder.SUMMARY)
+                           if run.action == 'ended' else {} for run in plans]
   todo = [i for i, run in enumerate(plans) if run.action != 'ended']
   if not todo:
     return summaries
@@ -104,7 +109,7 @@ def run_group(experiment, configs, folders, overwrite: str = 'none', stop_reques
         run_folder.write_json(plans[i].folder / run_folder.CONFIG,
                               experiments.as_dict(configs[i]))
         for name, data in task.artifacts.items():
-          run_folder.write_bytes(plans[i].folder / name, data)
+          run_folder.write(plans[i].folder / name, data)
     if jax.process_count() > 1:  # the others read the folders only once process 0 set them up
       multihost_utils.sync_global_devices('rnnjax: run folders ready')
     params, records, seconds = trainer.train(

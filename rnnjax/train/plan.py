@@ -5,23 +5,21 @@
   new       nothing of a run there: train from step 0
   resume    a run of this config that did not end: train on from its checkpoint
   ended     a run of this config that finished or diverged: nothing to do
-  changed   a run of another config (or ``overwrite='all'``): its job clears the
-            folder, once its checks and data have passed, and trains from step 0
-  refused   a config that fails its checks, or a folder that cannot hold the run
-            (a file in the way, links, files of no run, a damaged config.json, or
-            another config where ``overwrite='none'``): nothing is done, the reason
-            is one line
+  changed   a run of another config (or ``overwrite='all'``): its job clears the folder,
+            once its checks and data have passed, and trains from step 0
+  refused   a config that fails its checks, or a folder that cannot hold the run (a file
+            in the way, links, files of no run, a damaged config.json, or another config
+            where ``overwrite='none'``): nothing is done; the reason is one line
 
-The launcher plans a sweep with it, and the harness plans its group with it
-again (the same inputs give the same plan); nothing else decides. ``folder_names``
-makes a sweep's run folders (children of its workdir, whatever the swept values)
-and ``jobs`` cuts the runs to train into vmapped groups.
+The launcher plans a sweep with it and the harness its group (the same inputs give the same
+plan); nothing else decides. ``folder_names`` names a sweep's run folders and ``jobs`` cuts
+the runs to train into vmapped groups.
 """
 
 import hashlib
 import pathlib
 import re
-from typing import NamedTuple, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import ml_collections
 
@@ -44,25 +42,17 @@ class RunPlan(NamedTuple):
   step: int = 0  # the checkpoint step a resumed run starts from
 
 
-def _flatten(record, prefix=''):
-  if isinstance(record, dict):
-    flat = {}
-    for key, value in record.items():
-      flat.update(_flatten(value, f'{prefix}{key}.'))
-    return flat
-  return {prefix[:-1]: record}
-
-
 def differing_keys(old: dict, new: dict) -> str:
   """The dotted keys whose values differ between two configs, as 'key (old -> new), ...'."""
-  old, new = _flatten(old), _flatten(new)
+  old, new = experiments.flat(old), experiments.flat(new)
   keys = sorted(k for k in old.keys() | new.keys() if old.get(k, ...) != new.get(k, ...))
   shown = ', '.join(f'{k} ({old.get(k, "absent")!r} -> {new.get(k, "absent")!r})'
                     for k in keys[:8])
   return shown + (' ...' if len(keys) > 8 else '')
 
 
-def _plan_one(experiment, config, folder: pathlib.Path, overwrite: str) -> RunPlan:
+def _plan_one(experiment: experiments.Experiment, config: ml_collections.ConfigDict,
+              folder: pathlib.Path, overwrite: str) -> RunPlan:
   refused = lambda reason: RunPlan(folder, config, 'refused', reason)
   try:
     experiments.check(experiment, config)
@@ -79,9 +69,9 @@ def _plan_one(experiment, config, folder: pathlib.Path, overwrite: str) -> RunPl
     foreign = sorted(name for name in entries if name not in run_folder.RUN_FILES
                      and not (name.startswith('.') and name.endswith('.part')))
     if foreign:  # a sweep's folder, a checkout, somebody's notes: never cleared
-      return refused(f'workdir: {folder} holds {", ".join(foreign[:4])}{" ..." if len(foreign) > 4 else ""}'
-                     f' and no {run_folder.CONFIG}: not a run folder, so nothing in it is '
-                     'cleared; give a new or empty folder')
+      return refused(f'workdir: {folder} holds {", ".join(foreign[:4])}'
+                     f'{" ..." if len(foreign) > 4 else ""} and no {run_folder.CONFIG}: not a '
+                     'run folder, so nothing in it is cleared; give a new or empty folder')
     leftovers = [name for name in (run_folder.METRICS, run_folder.SUMMARY,
                                    run_folder.CHECKPOINTS, run_folder.TENSORBOARD)
                  if name in entries]
@@ -167,7 +157,7 @@ def jobs(experiment: experiments.Experiment, plans: Sequence[RunPlan], max_group
   programs where there are enough, so that a program compiled by one process is
   read from JAX's persistent compilation cache by the next that needs it.
   """
-  groups = {}
+  groups: dict[Any, list[int]] = {}
   for i, run in enumerate(plans):
     if run.action in ('new', 'resume', 'changed'):
       key = (experiments.group_key(experiment, run.config), run.step)
@@ -180,7 +170,8 @@ def jobs(experiment: experiments.Experiment, plans: Sequence[RunPlan], max_group
             for start, end in zip(edges, edges[1:])]
   cut.sort(key=lambda job: -sum(experiment.work(plans[i].config) * plans[i].config.steps
                                 for i in job[1]))
-  first, programs = [], set()
+  first: list[int] = []
+  programs = set()
   for n, (program, _) in enumerate(cut):
     if len(first) < parts and program not in programs:
       first.append(n)

@@ -1,9 +1,8 @@
 """What a run records as it trains: metrics.jsonl, TensorBoard events, devices.json.
 
-metrics.jsonl gets one JSON line per logged step, appended and flushed to disk;
-a resumed run cuts it back to the step it resumed from, so every step has one
-line whatever the kills. TensorBoard gets the same numbers; a resume marks
-its step so that TensorBoard drops the events written after it.
+A resumed run cuts metrics.jsonl back to the step it resumed from, and marks that step in
+TensorBoard (which then drops the events written after it), so every step has one record
+whatever the kills.
 """
 
 import json
@@ -11,6 +10,7 @@ import math
 import pathlib
 import sys
 import time
+from typing import Any
 
 from absl import logging
 
@@ -30,9 +30,8 @@ def append_metrics(folder: pathlib.Path, line: dict) -> None:
 
 
 def read_metrics(folder: pathlib.Path) -> list[dict]:
-  """The lines of metrics.jsonl: JSON objects with an int ``step``. The last line
-  cut short by a kill is dropped; any other line that is not one (a damaged file)
-  is skipped with a warning naming it, and the lines after it are kept."""
+  """The lines of metrics.jsonl, JSON objects with an int ``step``. A last line cut short
+  by a kill is dropped; another line that is not one is skipped with a warning."""
   path = pathlib.Path(folder) / run_folder.METRICS
   if not path.exists():
     return []
@@ -51,20 +50,20 @@ def read_metrics(folder: pathlib.Path) -> list[dict]:
 
 
 def cut_metrics(folder: pathlib.Path, step: int) -> list[dict]:
-  """Rewrites metrics.jsonl (atomically) with the lines of steps <= ``step``; returns them."""
+  """Rewrites metrics.jsonl with the lines of steps <= ``step``; returns them."""
   kept = [line for line in read_metrics(folder) if line['step'] <= step]
-  run_folder.write_text(pathlib.Path(folder) / run_folder.METRICS,
-                        ''.join(json.dumps(line, allow_nan=True) + '\n' for line in kept))
+  run_folder.write(pathlib.Path(folder) / run_folder.METRICS,
+                   ''.join(json.dumps(line, allow_nan=True) + '\n' for line in kept))
   return kept
 
 
-def _tensorboardx():
-  """tensorboardX's event writer, summaries and protos, imported without torch
-  (tensorboardX imports torch where it is installed only to recognise torch
-  tensors, which a run never logs: seconds of every run process's start)."""
+def _tensorboardx() -> tuple[Any, Any, Any]:
+  """tensorboardX's writer, summaries and protos, imported without torch (which it imports,
+  where installed, only to recognise torch tensors: seconds of every process's start)."""
   hide_torch = 'tensorboardX' not in sys.modules and 'torch' not in sys.modules
   if hide_torch:
-    sys.modules['torch'] = None  # `import torch` raises ImportError: tensorboardX goes without
+    # `import torch` raises ImportError (None in sys.modules, which typeshed does not know)
+    sys.modules['torch'] = None  # type: ignore[assignment]
   try:
     from tensorboardX import event_file_writer
     from tensorboardX import summary
@@ -75,17 +74,10 @@ def _tensorboardx():
   return event_file_writer, summary, event_pb2
 
 
-def tensorboard(folder: pathlib.Path, purge_step: int | None):
-  """A new TensorBoard event file in ``<folder>/tensorboard`` (tensorboardX's, no
-  TensorFlow needed), written in the caller's thread (so a full disk raises in the
-  run, never in a writer thread of its own); ``purge_step`` makes TensorBoard drop
-  the events of steps >= it written before a resume.
-
-  Returns:
-    the writer, for ``write_scalars`` and its own ``close()``.
-  Raises:
-    OSError: where the folder cannot be made or written.
-  """
+def tensorboard(folder: pathlib.Path, purge_step: int | None) -> Any:
+  """A new event file in ``<folder>/tensorboard``, written in the caller's thread (a full
+  disk raises in the run, OSError); ``purge_step``: TensorBoard drops the events of steps
+  >= it written before. Returns the writer (``write_scalars``, ``close()``)."""
   event_file_writer, _, event_pb2 = _tensorboardx()
   logdir = pathlib.Path(folder) / run_folder.TENSORBOARD
   logdir.mkdir(parents=True, exist_ok=True)
@@ -100,33 +92,23 @@ def tensorboard(folder: pathlib.Path, purge_step: int | None):
   return writer
 
 
-def write_scalars(writer, line: dict) -> None:
-  """Writes a metrics line's finite ``SCALARS`` (as train/<name>) and its profile (as
-  profile/k<k>) at its step, and flushes them to disk.
-
-  Raises:
-    OSError: from the write (ENOSPC on a full disk), in the caller's thread.
-  """
+def write_scalars(writer: Any, line: dict) -> None:
+  """Writes a metrics line's finite ``SCALARS`` (train/<name>) and its profile
+  (profile/k<k>) at its step and flushes them (OSError on a full disk)."""
   _, summary, event_pb2 = _tensorboardx()
   scalars = {f'train/{name}': line[name] for name in SCALARS
              if name in line and math.isfinite(line[name])}
   scalars.update({f'profile/k{k}': ratio for k, ratio in line.get('profile', {}).items()})
-  now = time.time()
   for tag, value in scalars.items():
-    writer.write_event(event_pb2.Event(step=line['step'], wall_time=now,
+    writer.write_event(event_pb2.Event(step=line['step'], wall_time=time.time(),
                                        summary=summary.scalar(tag, value)))
   writer.flush()
 
 
 def record_devices(folder: pathlib.Path, devices: str, step: int) -> str | None:
-  """Records that the run trains on ``devices`` (``train.devices.describe``) from
-  ``step`` (0: from the start, which forgets earlier starts).
-
-  Returns:
-    a warning when a resumed run trains on other devices than the steps before
-    it (their sums run in another order, so its numbers differ from those of a
-    run never moved in the last digits); else None.
-  """
+  """Records that the run trains on ``devices`` from ``step`` (0 forgets earlier starts).
+  Returns a warning where a resumed run moved to other devices (its sums run in another
+  order: its numbers differ in the last digits from a run never moved), else None."""
   path = pathlib.Path(folder) / run_folder.DEVICES
   starts = [entry for entry in run_folder.read_json(path, list) or []
             if isinstance(entry, dict) and isinstance(entry.get('from_step'), int)
