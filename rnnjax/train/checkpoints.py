@@ -1,14 +1,12 @@
 """A run's checkpoints: orbax underneath, each step verified against a record of what was saved.
 
-``checkpoint/<step>/`` holds ``state/`` (the training state) and ``checksum/`` (its record: per
-leaf, by its orbax name 'opt_state.0.mu.w', the dtype, shape and sha256 of the bytes saved, and
-the sha256 of those entries), finalised together by one rename (a kill leaves a whole step, or
-a temporary folder that the next ``manager`` removes); the last two steps are kept. A read gives
-the state bit for bit as saved, or raises ``Damaged`` (the bytes are not what was saved: OCDBT's
-array data carry no checksum of their own), ``StorageError`` (the file system refused: the step
-may be good) or ``ValueError`` (a state of another structure); only ``Damaged`` lets a group
-fall back to an older step. Nothing is deleted: a step is moved aside to ``<step>.damaged``,
-``<step>.unused`` (newer than the step resumed) or ``<step>.superseded`` (saved again).
+``checkpoint/<step>/`` holds ``state/`` and ``checksum/`` (per leaf, by its orbax name
+'opt_state.0.mu.w', the dtype, shape and sha256 of the bytes, and the sha256 of those entries),
+finalised together by one rename; the last two steps are kept. A read gives the state bit for
+bit, or raises ``Damaged`` (not the bytes saved: OCDBT's data carry no checksum), ``StorageError``
+(the file system refused: the step may be good) or ``ValueError`` (another structure); only
+``Damaged`` lets a group fall back to an older step. Nothing is deleted: a step is moved aside
+to ``<step>.damaged``, ``<step>.unused`` (newer than the step resumed) or ``<step>.superseded``.
 
 References: orbax's CheckpointManager; TensorStore's OCDBT format
 (https://google.github.io/tensorstore/kvstore/ocdbt/index.html).
@@ -24,7 +22,7 @@ import os
 import pathlib
 import re
 import selectors
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from absl import logging
 import jax
@@ -78,7 +76,7 @@ class StorageError(CheckpointError, OSError):
     return self.args[0]
 
 
-def _record(state) -> dict:
+def _record(state: Any) -> dict:
   leaves = {}
   for path, leaf in jax.tree_util.tree_flatten_with_path(devices.to_host(state))[0]:
     host = np.asarray(leaf)
@@ -92,12 +90,12 @@ def _digest(leaves: dict) -> str:
   return hashlib.sha256(json.dumps(leaves, sort_keys=True).encode()).hexdigest()
 
 
-def _classify(error: Exception, path: pathlib.Path, step: int, doing: str,
-              folder: pathlib.Path | None = None) -> Exception:
+def _classify(error: BaseException, path: pathlib.Path, step: int | None, doing: str,
+              folder: pathlib.Path | None = None) -> BaseException:
   """What ``error`` or one it was raised from is: the device's own (out of memory) as it is;
   a ``StorageError`` for an errno or TensorStore status word of ``_REFUSED``; else, reading
   a step of ``folder``, ``Damaged`` naming the file TensorStore names (else ``path``)."""
-  chain = [error]
+  chain: list[BaseException] = [error]
   while (cause := chain[-1].__cause__ or chain[-1].__context__) and cause not in chain:
     chain.append(cause)
   for link in chain:
@@ -107,11 +105,11 @@ def _classify(error: Exception, path: pathlib.Path, step: int, doing: str,
     word = (re.match(r'([A-Z_]+): ', text) or [None, None])[1]
     found = re.search(r"os_error_code='(\d+)'|OS error (\d+)", str(link))
     number = int(found[1] or found[2]) if found else getattr(link, 'errno', None)
-    files = re.findall(r'"(/[^"]+)"', text)
+    files = [pathlib.Path(name) for name in re.findall(r'"(/[^"]+)"', text)]
     where = pathlib.Path(getattr(link, 'filename', None) or (files or [path])[-1])
     if number in _REFUSED or (number is None and word in _REFUSED):
-      cause = f'{os.strerror(number)} ({errno.errorcode[number]})' if number else word
-      return StorageError(f'{where}: cannot {doing}: {cause}; nothing was deleted', where, step,
+      why = f'{os.strerror(number)} ({errno.errorcode[number]})' if number else word
+      return StorageError(f'{where}: cannot {doing}: {why}; nothing was deleted', where, step,
                           number)
     if folder and (read := _DECODING.match(text)):
       return Damaged(f'{folder}: the checkpoint of step {step} is damaged: {where} cannot be '
@@ -126,7 +124,7 @@ class _Loop(asyncio.SelectorEventLoop):
   """Closes once the reads still running after one failed are done (else they report to a
   closed loop, 'Event loop is closed', and hold their files open)."""
 
-  def __init__(self):
+  def __init__(self) -> None:
     selector = selectors.DefaultSelector()
     try:
       super().__init__(selector)
@@ -143,7 +141,7 @@ class _Loop(asyncio.SelectorEventLoop):
 
 
 @contextlib.contextmanager
-def _draining():
+def _draining() -> Iterator[None]:
   """Orbax's calls within (it makes an event loop per call) run on ``_Loop``s."""
   policy = asyncio.get_event_loop_policy()
   asyncio.set_event_loop_policy(type('Policy', (type(policy),),
@@ -225,16 +223,16 @@ def save(checkpoint_manager: ocp.CheckpointManager, step: int, state: Any) -> bo
                     f'write the checkpoint of step {step}') from None
 
 
-def _restore(folder: pathlib.Path, step: int, target=None):
+def _restore(folder: pathlib.Path, step: int, target: Any = None) -> Any:
   """The verified state of a step, restored into ``target`` (None: as saved, in numpy)."""
   wanted = {}
-  for path, leaf in jax.tree_util.tree_flatten_with_path(target)[0]:
+  for key, leaf in jax.tree_util.tree_flatten_with_path(target)[0]:
     if not (hasattr(leaf, 'shape') and hasattr(leaf, 'dtype')):
       raise ValueError('target: expected leaves with a shape and a dtype '
-                       f'(jax.ShapeDtypeStruct), got {type(leaf).__name__} at {_name(path)}')
-    wanted[_name(path)] = (str(np.dtype(leaf.dtype)), list(leaf.shape))
-  step_dir, doing = folder / CHECKPOINTS / str(step), f'read the checkpoint of step {step}'
-  path = step_dir / 'checksum' / 'metadata'
+                       f'(jax.ShapeDtypeStruct), got {type(leaf).__name__} at {_name(key)}')
+    wanted[_name(key)] = (str(np.dtype(leaf.dtype)), list(leaf.shape))
+  step_dir = folder / CHECKPOINTS / str(step)
+  doing, path = f'read the checkpoint of step {step}', step_dir / 'checksum' / 'metadata'
   try:
     record = json.loads(path.read_bytes())
     if record['sha256'] != _digest(record['leaves']):
@@ -300,7 +298,8 @@ def restore_group(folders: Sequence[pathlib.Path], target: Any) -> tuple[int, li
   """
   folders = [pathlib.Path(folder) for folder in folders]
   common = set.intersection(*(set(saved_steps(f)) for f in folders)) if folders else set()
-  damaged, chosen, states = set(), 0, []
+  damaged: set[tuple[pathlib.Path, int]] = set()
+  chosen, states = 0, list[Any]()
   for step in sorted(common, reverse=True):
     try:
       states = []

@@ -31,6 +31,8 @@ import os
 import pathlib
 import re
 import sys
+import types
+from typing import NoReturn
 
 from absl import flags
 import ml_collections
@@ -52,12 +54,12 @@ def _say(line: str) -> None:
   sys.stderr.flush()
 
 
-def _fail(line: str):
+def _fail(line: str) -> NoReturn:
   _say(f'error: {line}')
   sys.exit(1)
 
 
-def _config_path(argv) -> str:
+def _config_path(argv: list[str]) -> str:
   """The config file the command line names: the last ``--config=FILE`` or
   ``--config FILE`` (one dash too), as absl takes it."""
   path = None
@@ -72,16 +74,17 @@ def _config_path(argv) -> str:
   return path
 
 
-def _load(argv, doc: str, sweep: bool):
+def _load(argv: list[str], doc: str, sweep: bool
+          ) -> tuple[types.ModuleType, experiments.Experiment, ml_collections.ConfigDict, str]:
   """Loads the config file once; defines the flags around its config; parses ``argv``.
 
   Returns:
-    ``(module, experiment, config)``: the config file's module, its experiment and
-    its config with the command line's fields set.
+    ``(module, experiment, config, path)``: the config file's module, its experiment,
+    its config with the command line's fields set, and the file's path.
   """
   path = _config_path(argv)
   spec = importlib.util.spec_from_file_location(pathlib.Path(path).stem, path)
-  if spec is None or not pathlib.Path(path).is_file():
+  if spec is None or spec.loader is None or not pathlib.Path(path).is_file():
     _fail(f'--config: no config file at {path!r}')
   module = importlib.util.module_from_spec(spec)
   sys.path.insert(0, os.getcwd())  # as `python -m` does: the user's modules import

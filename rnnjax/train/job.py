@@ -1,26 +1,17 @@
 """The job entry every executor calls: a job is one vmapped group of runs.
 
-A job is a JSON object::
+A job is a JSON object: ``{"id": "3", "experiment": "experiments.char_lm", "overwrite":
+"changed", "runs": [{"folder": ..., "config": {... as config.json}}, ...], "result":
+".../.jobs/3.result.json", "provenance": {...}}``. ``run_job`` trains it through the harness
+and writes its result file: per run its ``status`` (finished, diverged, failed, interrupted)
+and a one-line ``reason``, and the job's ``exit`` kind (ok, error, full_disk, out_of_memory,
+interrupted). A process calls ``setup_process`` once before its first job.
 
-  {"id": "3", "experiment": "experiments.char_lm", "overwrite": "changed",
-   "runs": [{"folder": "results/sweep/spectral_radius=0.5", "config": {...}}, ...],
-   "result": "results/sweep/.jobs/3.result.json", "provenance": {...}}
-
-each run's config as its config.json holds it. ``run_job`` trains it through
-the harness and writes its result file (atomically): one entry per run with
-its ``status`` (finished, diverged, ended: it had ended before, failed,
-interrupted), a one-line ``reason`` and the job's ``exit`` kind (ok, error,
-full_disk, out_of_memory, interrupted). A process calls ``setup_process`` once
-before its first job (logs, memory, compilation cache, ``jax.distributed``,
-signals).
-
-``python -m rnnjax.train.job`` is a worker: it reads jobs from stdin, one JSON
-object a line, runs each, and writes events to stdout, one JSON object a line:
-``{"job": id, "event": "taken"}``, ``{"job": id, "event": "step", "run": i,
-"step": n}`` (at most one a second) and ``{"job": id, "event": "ended"}``.
-Everything else it prints goes to stderr. A worker asked to stop (SIGTERM,
-SIGINT, SIGUSR2) checkpoints its job's runs and exits with 128 + the signal's
-number; a full disk ends it with status 1.
+``python -m rnnjax.train.job`` is a worker: jobs come on stdin, one JSON object a line; events
+go to stdout, one JSON object a line: ``{"job": id, "event": "taken"}``, ``{"job": id,
+"event": "step", "step": n}`` (at most one a second), ``{"job": id, "event": "ended"}``; all
+else it prints goes to stderr. Asked to stop (SIGTERM, SIGINT, SIGUSR2) it checkpoints its
+job's runs and exits with 128 + the signal's number; a full disk ends it with status 1.
 """
 
 import contextlib
@@ -34,6 +25,7 @@ import re
 import signal
 import sys
 import time
+from typing import Any, BinaryIO, Callable, Iterable, Sequence
 
 from absl import logging
 import jax
@@ -51,34 +43,26 @@ DISTRIBUTED_VARIABLES = ('RNNJAX_COORDINATOR', 'RNNJAX_NUM_PROCESSES', 'RNNJAX_P
 
 
 def keep_freed_memory() -> bool:
-  """Tells glibc's malloc to keep freed memory for reuse instead of handing it back.
-
-  XLA's CPU runtime allocates each executable's temporary buffer (tens of MiB
-  for a group step) at every call and frees it after; past glibc's mmap
-  threshold every call maps fresh pages and the kernel zeroes each on first
-  touch (a third of a step's time for the main job's tau-64 group). Heap
-  allocations up to 2 GiB are reused instead, on two heaps (the main thread's
-  and one for the others: with one, the threads' contention slowed small runs;
-  with one a thread, they mapped large buffers as before). Returns False where
-  the C library has no ``mallopt`` (not glibc).
-  """
+  """Tells glibc's malloc to keep freed memory for reuse (heap allocations up to 2 GiB, two
+  arenas) instead of mapping fresh pages, which the kernel zeroes, for each executable's
+  temporary buffer at every call (a third of a step's time for the main job's tau-64 group).
+  Returns False where the C library has no ``mallopt`` (not glibc)."""
   try:
     mallopt = ctypes.CDLL(None).mallopt
   except (OSError, AttributeError):
     return False
   most = 2**31 - 1
   return all(mallopt(option, ctypes.c_int(value)) == 1 for option, value in (
-      (-8, 2),  # M_ARENA_MAX
+      (-8, 2),  # M_ARENA_MAX: the main thread's and one for the others
       (-3, most),  # M_MMAP_THRESHOLD: allocations below it come from the heap
       (-1, most),  # M_TRIM_THRESHOLD: free space at the heap's top kept up to this
   ))
 
 
 def _initialize_distributed() -> None:
-  """Joins this process to the others of its run under ``jax.distributed`` when it is
-  one of several: ``$RNNJAX_COORDINATOR`` (host:port of process 0),
-  ``$RNNJAX_NUM_PROCESSES`` and ``$RNNJAX_PROCESS_ID``, or a Slurm step of several
-  tasks (JAX reads its variables). CPU devices talk through gloo.
+  """Joins ``jax.distributed`` where this process is one of several: ``$RNNJAX_COORDINATOR``
+  (host:port of process 0), ``$RNNJAX_NUM_PROCESSES`` and ``$RNNJAX_PROCESS_ID``, or a Slurm
+  step of several tasks (JAX reads its variables). CPU devices talk through gloo.
 
   Raises:
     ValueError: for an incomplete or malformed set of the variables above.
@@ -99,24 +83,24 @@ def _initialize_distributed() -> None:
   jax.distributed.initialize(given['RNNJAX_COORDINATOR'], int(count), int(index))
 
 
-def setup_process(signals=(signal.SIGTERM, signal.SIGUSR2, signal.SIGINT)) -> list:
-  """What a process that runs jobs does once, before the first: hides JAX's search for
-  a TPU and orbax's chatter, keeps freed memory (``keep_freed_memory``), turns on
-  JAX's persistent compilation cache in ``$RNNJAX_COMPILATION_CACHE`` (default
-  ``~/.cache/rnnjax/xla``; empty: off), joins ``jax.distributed`` where it is one of
-  several processes, and makes ``signals`` requests to stop.
+def setup_process(signals: Sequence[int] = (signal.SIGTERM, signal.SIGUSR2, signal.SIGINT)
+                  ) -> list[int]:
+  """What a process that runs jobs does once: quiets JAX's search for a TPU and orbax's logs,
+  ``keep_freed_memory``, turns on JAX's persistent compilation cache in
+  ``$RNNJAX_COMPILATION_CACHE`` (default ``~/.cache/rnnjax/xla``; empty: off), joins
+  ``jax.distributed`` where it is one of several processes, and makes ``signals`` requests
+  to stop.
 
   Returns:
-    the list of the signals received since (empty: go on); a job's runs stop
-    at their next step and checkpoint when it is not empty. A second SIGINT
-    interrupts at once (KeyboardInterrupt).
+    the signals received since, in order (empty: go on); a job's runs checkpoint and stop
+    at their next step once it is not. A second SIGINT interrupts at once.
   """
   logging.set_verbosity(logging.INFO)
   python_logging.getLogger('jax._src.xla_bridge').setLevel(python_logging.WARNING)
   logging.get_absl_handler().addFilter(lambda record: 'orbax' not in record.pathname)
   default_hook = sys.unraisablehook
 
-  def hook(unraisable):  # tensorstore writes finishing after a failed checkpoint's loop closed
+  def hook(unraisable: Any) -> None:  # tensorstore writes ending after a failed save's loop
     if not (isinstance(unraisable.exc_value, RuntimeError)
             and str(unraisable.exc_value) == 'Event loop is closed'):
       default_hook(unraisable)
@@ -128,9 +112,9 @@ def setup_process(signals=(signal.SIGTERM, signal.SIGUSR2, signal.SIGINT)) -> li
     jax.config.update('jax_compilation_cache_dir', cache)
     jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
     jax.config.update('jax_persistent_cache_min_entry_size_bytes', 0)
-  received = []
+  received: list[int] = []
 
-  def request_stop(signum, frame):
+  def request_stop(signum: int, frame: Any) -> None:
     del frame
     received.append(signum)
     if signum == signal.SIGINT:
@@ -142,14 +126,10 @@ def setup_process(signals=(signal.SIGTERM, signal.SIGUSR2, signal.SIGINT)) -> li
 
 
 def failure(error: BaseException) -> tuple[str, str] | None:
-  """The exit kind and one-line reason of an error a job ends with, or None for an
-  error that is a bug (let it show its traceback).
-
-  A full disk (ENOSPC, EDQUOT) says to free space and run again; too many open
-  files (EMFILE, ENFILE) to raise ``ulimit -n``; other OS errors name the
-  errno's own cause. TensorStore's errors (checkpoints) carry their errno in
-  their text ("[os_error_code='28']").
-  """
+  """The exit kind and one-line reason of an error a job ends with, or None for a bug (it
+  keeps its traceback). A full disk (ENOSPC, EDQUOT) says to free space and run again, too
+  many open files (EMFILE, ENFILE) to raise ``ulimit -n``; TensorStore's errors carry their
+  errno in their text ("[os_error_code='28']")."""
   from rnnjax.data import corpora
   from rnnjax.train import checkpoints
   text = ' '.join(str(error).split()) or type(error).__name__
@@ -180,12 +160,12 @@ class _RunLogs(python_logging.Handler):
   """Appends the log records of a job to its runs' log.txt, in the folders that exist (a
   run's folder is made by the harness once its checks and data have passed)."""
 
-  def __init__(self, folders):
+  def __init__(self, folders: list[pathlib.Path]):
     super().__init__()
     self.folders = folders
     self.setFormatter(python_logging.Formatter('%(asctime)s %(levelname)s %(message)s'))
 
-  def emit(self, record):
+  def emit(self, record: python_logging.LogRecord) -> None:
     text = self.format(record) + '\n'
     for folder in self.folders:
       if folder.is_dir():
@@ -193,8 +173,8 @@ class _RunLogs(python_logging.Handler):
           run_folder.append_text(folder / run_folder.LOG, text)
 
 
-def run_job(job: dict, received: list | None = None, on_progress=None,
-            log_to_runs: bool = False) -> dict:
+def run_job(job: dict, received: list[int] | None = None,
+            on_progress: Callable[[int], None] | None = None, log_to_runs: bool = False) -> dict:
   """Trains a job's runs through the harness and writes its result file.
 
   Args:
@@ -213,7 +193,8 @@ def run_job(job: dict, received: list | None = None, on_progress=None,
     python_logging.getLogger().addHandler(handler)
     logging.info('=== job %s: %d run(s) in process %d', job.get('id', ''), len(folders),
                  os.getpid())
-  exit_kind, reason, summaries = 'ok', '', [None] * len(folders)
+  exit_kind, reason = 'ok', ''
+  summaries: Sequence[dict | None] = [None] * len(folders)
   try:
     experiment = experiments.load(job['experiment'])
     configs = [experiments.from_dict(experiment, run['config']) for run in job['runs']]
@@ -243,7 +224,7 @@ def run_job(job: dict, received: list | None = None, on_progress=None,
   return result
 
 
-def serve(jobs, events) -> int:
+def serve(jobs: Iterable[str], events: BinaryIO) -> int:
   """The worker's loop (module docstring) over ``jobs`` (lines) writing to ``events``
   (a binary file); returns the exit status."""
   received = setup_process()
@@ -261,7 +242,7 @@ def serve(jobs, events) -> int:
     job = json.loads(line)
     emit({'job': job['id'], 'event': 'taken'})
 
-    def progress(step, job_id=job['id']):
+    def progress(step: int, job_id: str = job['id']) -> None:
       now = time.monotonic()
       if now - last[0] >= 1.0:
         last[0] = now
