@@ -245,7 +245,8 @@ def elman(activation: Activation = 'tanh') -> Callable[..., tuple[jax.Array, jax
     activation: as ``elman_cell``.
 
   Returns:
-    ``cell(params, carry, x) -> (h_t, h_t)``.
+    ``cell(params, carry <float>[..., H], x <float>[..., d]) -> (h_t, h_t)``,
+    h_t ``<float>[..., H]`` in the params' dtype (``elman_cell``).
 
   Raises:
     ValueError: if ``activation`` is neither a name of ``ACTIVATIONS`` nor callable.

@@ -104,12 +104,7 @@ PUBLIC = [name for name in rnnjax.__all__
           if inspect.isfunction(getattr(rnnjax, name)) or inspect.isclass(getattr(rnnjax, name))]
 # Docstrings that do not state shapes yet, in files that are not the API's (each entry fails
 # the moment its docstring is fixed: strict).
-NO_SHAPES_YET = {'elman': 'cells.elman: its docstring names no shapes'}
-
-
-@pytest.mark.parametrize('name', [
-    pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=NO_SHAPES_YET[name]))
-    if name in NO_SHAPES_YET else name for name in PUBLIC])
+@pytest.mark.parametrize('name', PUBLIC)
 def test_top_level_names_state_shapes_and_are_annotated(name):
   """Each function and class of ``rnnjax.__all__`` has a docstring that states shapes (a
   ``[...]`` shape or the word shape, scalar or pytree) and a full annotation."""
