@@ -102,8 +102,8 @@ def test_top_level_all():
 
 PUBLIC = [name for name in rnnjax.__all__
           if inspect.isfunction(getattr(rnnjax, name)) or inspect.isclass(getattr(rnnjax, name))]
-# Docstrings that do not state shapes yet, in files that are not the API's (each entry fails
-# the moment its docstring is fixed: strict).
+
+
 @pytest.mark.parametrize('name', PUBLIC)
 def test_top_level_names_state_shapes_and_are_annotated(name):
   """Each function and class of ``rnnjax.__all__`` has a docstring that states shapes (a
