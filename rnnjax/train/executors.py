@@ -1,22 +1,18 @@
 """Where a sweep's jobs run: local worker processes, or a Slurm cluster through submitit.
 
-Either way a job (``job.run_job``) writes its result file, which the launcher
-reads when the job ends; a job that ends without one (its process killed, a
-crash) gets a result made here from how its process ended. Every run holds
-its own folder's lock while it trains, so no run ever trains twice at once.
+Either way a job (``job.run_job``) writes its result file, which the launcher reads when the
+job ends; a job that ends without one (its process killed, a crash) gets a result made here
+from how its process ended. Each run holds its folder's lock while it trains.
 
-Local: one worker (``python -m rnnjax.train.job``) per ``threads`` cores, at
-most ``processes``, each pinned to its cores, running its jobs one after
-another, and killed with the launcher (Linux's parent-death signal). Jobs go
-to a worker as JSON lines and its events come back as JSON lines. A job that
-sends no event for ``stall_seconds`` is named, and killed ``grace_seconds``
-later; ``stop`` asks the running jobs to checkpoint and kills what is still
-running ``stop_seconds`` later, so the launcher always ends.
+Local: one worker (``python -m rnnjax.train.job``) per ``threads`` cores, at most
+``processes``, each pinned to its cores and killed with the launcher (Linux's parent-death
+signal), running its jobs one after another. A job that sends no event for ``stall_seconds``
+is named, and killed ``grace_seconds`` later; ``stop`` asks the running jobs to checkpoint
+and kills what still runs ``stop_seconds`` later, so the launcher always ends.
 
-Slurm: one array job, at most ``array_parallelism`` tasks at once; a task
-that Slurm preempts or requeues (SIGTERM) checkpoints the step it is at and
-resumes from it when it runs again, and one warned of its time limit
-(SIGUSR2) checkpoints and requeues itself through submitit.
+Slurm: one array job; a task that Slurm preempts or requeues (SIGTERM) checkpoints and
+resumes when it runs again, one warned of its time limit (SIGUSR2) checkpoints and requeues
+itself through submitit.
 """
 
 import concurrent.futures
@@ -32,6 +28,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Callable
 
 import submitit
 
@@ -39,6 +36,9 @@ from rnnjax.train import folder as run_folder
 from rnnjax.train import job as jobs
 
 __all__ = ['Local', 'Slurm', 'SlurmJob', 'read_result']
+
+OnEnd = Callable[[dict, dict], None]  # on_end(job, result)
+OnProgress = Callable[[dict, int], None] | None  # on_progress(job, step)
 
 
 def read_result(job: dict, why: str) -> dict:
@@ -60,12 +60,12 @@ def _header(job: dict, where: str) -> None:
                            f'{len(job["runs"])} run(s) {where}\n')
 
 
-def _child_setup(cores):
+def _child_setup(cores: tuple[int, ...]) -> Callable[[], None]:
   """Runs in the child before exec: pin it to ``cores``, and ask Linux to kill it
   (SIGKILL) when the launcher's thread that started it dies."""
   parent = os.getpid()
 
-  def setup():
+  def setup() -> None:
     os.sched_setaffinity(0, cores)
     ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     if os.getppid() != parent:  # the launcher died before prctl
@@ -87,15 +87,15 @@ class Local:
     self.job_folder.mkdir(parents=True, exist_ok=True)
     self.stall_seconds, self.grace_seconds = stall_seconds, grace_seconds
     self.stop_seconds = stop_seconds
-    self.slots = queue.Queue()
+    self.slots: queue.Queue[tuple[int, ...]] = queue.Queue()
     for i in range(processes):
       self.slots.put(tuple(cores[i * threads:(i + 1) * threads]))
-    self.workers = {}  # cores -> the worker process pinned to them
+    self.workers: dict[tuple[int, ...], subprocess.Popen] = {}  # by the cores it is pinned to
     self.stopping = threading.Event()
-    self.deadline = None
+    self.deadline: float | None = None
     self.say = lambda line: print(line, file=sys.stderr, flush=True)
 
-  def _worker(self, cores):
+  def _worker(self, cores: tuple[int, ...]) -> subprocess.Popen:
     """The live worker on ``cores``, started if there is none."""
     process = self.workers.get(cores)
     if process is None or process.poll() is not None:
@@ -109,22 +109,23 @@ class Local:
       self.workers[cores] = process
     return process
 
-  def _follow(self, process, job, on_progress):
+  def _follow(self, process: subprocess.Popen, job: dict, on_progress: OnProgress
+              ) -> tuple[bool, str | None]:
     """Hands ``job`` to ``process`` and reads its events to the job's end. Returns
     ``(taken, why)``: whether it took the job, and why it ended without one (None when
     it ended the job)."""
-    try:
-      process.stdin.write((json.dumps(job) + '\n').encode())
-      process.stdin.flush()
-    except (OSError, ValueError):  # the worker is gone, or its input closed by stop()
-      pass
+    stdin, stdout = process.stdin, process.stdout
+    assert stdin is not None and stdout is not None  # made with pipes (``_worker``)
+    with contextlib.suppress(OSError, ValueError):  # the worker is gone or its input closed
+      stdin.write((json.dumps(job) + '\n').encode())
+      stdin.flush()
     taken, last, warned, killed = False, time.monotonic(), False, None
     while True:
       now = time.monotonic()
       if self.deadline is not None and now > self.deadline and process.poll() is None:
         process.kill()
         killed = f'stopped by the launcher {self.stop_seconds:.0f} s after it was asked to'
-      if not select.select([process.stdout], [], [], 1.0)[0]:
+      if not select.select([stdout], [], [], 1.0)[0]:
         idle = time.monotonic() - last
         if idle > self.stall_seconds and not warned:
           warned = True
@@ -135,7 +136,7 @@ class Local:
           process.kill()
           killed = f'made no progress for {idle:.0f} s and was killed'
         continue
-      line = process.stdout.readline()
+      line = stdout.readline()
       if not line:  # the worker ended: a signal, a full disk, a crash
         status = process.wait()
         why = killed or (f'was killed by signal {-status}' if status < 0 else
@@ -152,7 +153,7 @@ class Local:
       elif event['event'] == 'ended':
         return True, None
 
-  def _run(self, job, on_progress) -> dict:
+  def _run(self, job: dict, on_progress: OnProgress) -> dict:
     """Runs one job on its cores' worker; a worker that ends without taking the job (it
     was stopping) gets a successor, which is handed the job once more."""
     if self.stopping.is_set():
@@ -164,16 +165,16 @@ class Local:
         _header(job, f'on cores {list(cores)}: worker python -m rnnjax.train.job (pid '
                      f'{process.pid})')
         taken, why = self._follow(process, job, on_progress)
-        for run in job['runs'] if why else ():  # the run's own log says why too
+        for run in job['runs'] if why is not None else ():  # the run's own log says why too
           with contextlib.suppress(OSError):
-            run_folder.append_text(pathlib.Path(run['folder']) / run_folder.LOG, why + '\n')
+            run_folder.append_text(pathlib.Path(run['folder']) / run_folder.LOG, f'{why}\n')
         if taken or self.stopping.is_set():
           break
     finally:
       self.slots.put(cores)
     return read_result(job, why or 'ended without a result')
 
-  def run(self, jobs_to_run, on_end, on_progress=None) -> None:
+  def run(self, jobs_to_run: list[dict], on_end: OnEnd, on_progress: OnProgress = None) -> None:
     """Runs every job; calls ``on_end(job, result)`` as each ends. On KeyboardInterrupt
     the running jobs checkpoint and stop, the others never start, and it re-raises."""
     pool = concurrent.futures.ThreadPoolExecutor(self.processes)
@@ -186,10 +187,9 @@ class Local:
       raise
     finally:
       for process in self.workers.values():  # the end of its input ends a worker
-        try:
-          process.stdin.close()
-        except OSError:
-          pass
+        if process.stdin is not None:
+          with contextlib.suppress(OSError):
+            process.stdin.close()
       for process in self.workers.values():  # before its thread ends (and kills it)
         try:
           process.wait(None if self.deadline is None else
@@ -240,9 +240,9 @@ class Slurm:
     self.poll_seconds = poll_seconds
     self.executor = submitit.AutoExecutor(folder=folder / 'slurm', cluster='slurm')
     self.executor.update_parameters(**{k: v for k, v in parameters.items() if v})
-    self.submitted = []
+    self.submitted: list[submitit.Job] = []
 
-  def run(self, jobs_to_run, on_end, on_progress=None) -> None:
+  def run(self, jobs_to_run: list[dict], on_end: OnEnd, on_progress: OnProgress = None) -> None:
     del on_progress  # a Slurm job's progress shows when it ends
     with self.executor.batch():
       pending = [(job, self.executor.submit(SlurmJob(job))) for job in jobs_to_run]
@@ -259,7 +259,7 @@ class Slurm:
                                        f'log: {task.paths.stderr}'))
 
   @staticmethod
-  def queued():
+  def queued() -> set[str] | None:
     """The ids of the jobs and array tasks Slurm still holds (pending or running), or
     None when squeue cannot be asked."""
     try:

@@ -1,15 +1,12 @@
 """A sweep: every run of a config's ``get_sweep()``, planned, trained in jobs, tabulated.
 
-Each run gets the folder ``<workdir>/<swept values>`` (``plan.folder_names``;
-``runs.json`` maps folder names to swept values). The runs are planned once
-(``plan.plan``, overwrite 'changed', or 'all' with ``overwrite``): a run that
-ended with the same config is kept, one whose config changed trains again from
-the start, one that did not end resumes, one that fails its checks is failed
-before anything runs. Runs that differ only in values that change no program
-train together as one vmapped group, cut into jobs for the executor. One
-launcher per sweep folder (``<workdir>/.lock``). At the end the sweep writes
-``results.md`` and ``results.csv`` (``report.write``), prints the table, and
-names each failed run's reason.
+Each run gets the folder ``<workdir>/<swept values>`` (``plan.folder_names``; ``runs.json``
+maps folder names to swept values). The runs are planned once (``plan.plan`` with overwrite
+'changed', or 'all'): a run that ended with the same config is kept, one whose config changed
+trains again, one that did not end resumes, one that fails its checks fails before anything
+runs. Runs that differ only in values that change no program train as one vmapped group, cut
+into jobs for the executor. One launcher per sweep folder (``<workdir>/.lock``). At the end
+the sweep writes the tables (``report.write``), prints them and names each failed run's reason.
 """
 
 import datetime
@@ -21,6 +18,9 @@ import socket
 import subprocess
 import sys
 
+from typing import Any, Mapping
+
+from ml_collections import ConfigDict
 import tqdm
 
 from rnnjax.train import executors
@@ -42,7 +42,8 @@ def swept_keys(sweep: list[dict]) -> list[str]:
   return [k for k in keys if len({repr(o.get(k)) for o in sweep}) > 1]
 
 
-def run_configs(base, sweep: list[dict], command_line: dict, config_path: str = 'the config'):
+def run_configs(base: ConfigDict, sweep: list[dict], command_line: Mapping[str, Any],
+                config_path: str = 'the config') -> list[ConfigDict]:
   """The config of every run: ``base`` (with the command line's fields set) and the run's
   overrides, but for the fields the command line sets, which replace the values
   ``get_sweep()`` gives every run alike.
@@ -81,7 +82,7 @@ def provenance() -> dict:
           'host': socket.gethostname()}
 
 
-def _value(config, name: str):
+def _value(config: ConfigDict, name: str) -> Any:
   holder, key = experiments.locate(config, name)
   value = holder[key]
   return value.to_dict() if hasattr(value, 'to_dict') else value
@@ -91,7 +92,7 @@ def _print(line: str) -> None:
   print(line, flush=True)
 
 
-def sweep(experiment: experiments.Experiment, configs: list, overrides: list[dict],
+def sweep(experiment: experiments.Experiment, configs: list[ConfigDict], overrides: list[dict],
           workdir: pathlib.Path, command_line: dict | None = None, executor: str = 'local',
           overwrite: bool = False, max_group_size: int = 0, processes: int = 0,
           threads_per_run: int = 0, slurm: dict | None = None,
@@ -179,6 +180,7 @@ def sweep(experiment: experiments.Experiment, configs: list, overrides: list[dic
   job_folder.mkdir(exist_ok=True)
   for stale in job_folder.glob('*.json'):  # results of an earlier launch
     stale.unlink()
+  runner: executors.Local | executors.Slurm
   if local:
     runner = executors.Local(processes, threads, job_folder, stall_seconds)
   else:
@@ -192,14 +194,15 @@ def sweep(experiment: experiments.Experiment, configs: list, overrides: list[dic
   progress = tqdm.tqdm(total=total, initial=sum(weights[j] * done[j] for j in done),
                        unit='work', file=sys.stdout,
                        bar_format='{l_bar}{bar}| {percentage:3.0f}% [{elapsed}<{remaining}]')
-  runner.say = progress.write
+  if isinstance(runner, executors.Local):
+    runner.say = progress.write
 
-  def on_progress(job, step):
+  def on_progress(job: dict, step: int) -> None:
     if step > done[job['id']]:
       progress.update((step - done[job['id']]) * weights[job['id']])
       done[job['id']] = step
 
-  def on_end(job, result):
+  def on_end(job: dict, result: dict) -> None:
     for run in result['runs']:
       i = index[pathlib.Path(run['folder'])]
       if run['status'] in run_folder.ENDED:
@@ -244,6 +247,6 @@ def sweep(experiment: experiments.Experiment, configs: list, overrides: list[dic
   return 1 if reasons else 0
 
 
-def _interrupt(signum, frame):
+def _interrupt(signum: int, frame: Any) -> None:
   del signum, frame
   raise KeyboardInterrupt()
