@@ -69,15 +69,15 @@ def _over_seeds(rows: list[dict], keys: Sequence[str], reported: Sequence[str],
     out['runs'] = len(members)
     out['diverged'] = sum(m['status'] == 'diverged' for m in members)
     out['failed'] = sum(m['status'] not in run_folder.ENDED for m in members)
-    for name in reported:
-      values = [m[name] for m in members if m['status'] in run_folder.ENDED]
+    for name in reported:  # .get: a field no run has a value of has no column
+      values = [m.get(name) for m in members if m['status'] in run_folder.ENDED]
       if values and all(isinstance(v, bool) for v in values):
-        out[f'{name} rate'] = sum(values) / len(values)
+        out[f'{name} rate'] = sum(bool(v) for v in values) / len(values)
       else:
         finite = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
         out[f'{name} median'] = statistics.median(finite) if finite else math.nan
     for name, budget in budgets:
-      reached = [m[name] for m in members if isinstance(m[name], (int, float))
+      reached = [m[name] for m in members if isinstance(m.get(name), (int, float))
                  and math.isfinite(m[name]) and m[name] <= budget]
       out[f'{name} <= {budget}'] = len(reached) / len(members)
     aggregated.append(out)
