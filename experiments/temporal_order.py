@@ -203,7 +203,8 @@ EXPERIMENT = experiment.Experiment(
                               'as the reference code (0: never checked)'),
     },
     report=('test_error', 'success', 'solved_step', 'steps_done', 'train_loss_nats',
-            'clipped_fraction', 'max_grad_norm', 'final_measured_spectral_radius'),
+            'clipped_fraction', 'max_grad_norm', 'final_measured_spectral_radius',
+            'first_largest_lyapunov_exponent', 'final_largest_lyapunov_exponent'),
     vmappable=('seed', 'init'),  # both inits are tanh networks of the same shapes
     plots=(('heatmap', 'success', 'length', ('init',)), ('profile', 'method'),
            ('rate', 'solved_step', (10_000, 25_000, 50_000, 100_000, 200_000), 'length')))
