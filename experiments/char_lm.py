@@ -108,4 +108,6 @@ EXPERIMENT = experiment.Experiment(
             'final_measured_spectral_radius', 'first_largest_lyapunov_exponent',
             'final_largest_lyapunov_exponent'),
     vmappable=('seed', 'spectral_radius', 'recurrent_init'),  # the data does not depend on the seed
-    plots=(('profile', 'spectral_radius'),))
+    plots=(('profile', 'spectral_radius'),
+           ('points', 'final_largest_lyapunov_exponent', 'spectral_radius', 'clipping',
+            'truncation')))

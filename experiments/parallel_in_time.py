@@ -196,6 +196,7 @@ EXPERIMENT = experiment.Experiment(
     report=('iterations', 'converged', 'overflowed', 'cap', 'seconds', 'fused_seconds',
             'seconds_over_fused', 'max_deviation', 'growth', 'largest_lyapunov_exponent',
             'measured_spectral_radius'),
+    plots=(('points', 'iterations', 'largest_lyapunov_exponent', 'method', 'hidden_size'),),
     vmappable=('seed', 'method', 'damping', 'spectral_radius', 'hidden_size', 'length', 'sequences',
                'input_size', 'inputs', 'trained_run', 'tolerance', 'max_iterations',
                'deer_work', 'growth_distance'))

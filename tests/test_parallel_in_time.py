@@ -50,6 +50,7 @@ def test_a_sweep_with_a_trained_network(tmp_path, shared_data_dir):
                            f'--workdir={tmp_path / "sweep"}'], capture_output=True, text=True)
   assert result.returncode == 0, result.stderr[-2000:]
   rows = list(csv.DictReader(open(tmp_path / 'sweep' / 'results.csv')))
+  assert (tmp_path / 'sweep' / 'points_iterations.png').stat().st_size > 10_000
   number = lambda row, key: float(row[key])
   by = {(row['method'], row['spectral_radius'], row.get('trained_run', '')): row for row in rows}
   assert len(rows) == 6

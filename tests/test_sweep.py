@@ -2,6 +2,7 @@
 
 import csv
 import json
+import math
 import os
 import re
 import signal
@@ -17,6 +18,7 @@ from rnnjax.train import executors
 from rnnjax.train import experiment
 from rnnjax.train import plan
 from rnnjax.train import records
+from rnnjax.train import report
 from rnnjax.train import sweep
 
 TINY_CONFIG = '''
@@ -563,3 +565,25 @@ def test_second_sweep_with_one_changed_run_compiles_nothing(tmp_path, shared_dat
       entries = sorted(os.listdir(cache))
   assert entries and sorted(os.listdir(cache)) == entries
   assert summaries(tmp_path / 'second')['spectral_radius=1.2']['steps_done'] == 3
+
+
+def test_points_plot_groups_runs_and_leaves_out_what_is_not_a_number(tmp_path, monkeypatch):
+  drawn = []
+  monkeypatch.setattr(report, '_draw', lambda path, panels, x, y, log='', title='': drawn.append(
+      (path.name, {name: [(list(c[0]), list(c[1]), c[2]['label']) for c in curves]
+                   for name, curves in panels.items()}, log)))
+  rows = [{'method': 'deer', 'hidden_size': 4, 'iterations': 3.0, 'exponent': -0.5},
+          {'method': 'deer', 'hidden_size': 4, 'iterations': math.inf, 'exponent': 0.1},
+          {'method': 'quasi', 'hidden_size': 4, 'iterations': 12.0, 'exponent': -0.5},
+          {'method': 'quasi', 'hidden_size': 16, 'iterations': 40.0, 'exponent': -0.3},
+          {'method': 'quasi', 'hidden_size': 16, 'iterations': None, 'exponent': -0.2}]
+  report._plot_points(rows, 'iterations', 'exponent', 'method', 'hidden_size', tmp_path)
+  assert drawn == [('points_iterations.png', {
+      'hidden_size=4': [([-0.5], [3.0], 'method=deer'), ([-0.5], [12.0], 'method=quasi')],
+      'hidden_size=16': [([-0.3], [40.0], 'method=quasi')]}, 'y')]
+  drawn.clear()
+  report._plot_points(rows, 'exponent', 'iterations', 'method', 'hidden_size', tmp_path)
+  assert drawn[0][2] == ''  # a y that is not positive: a linear axis
+  drawn.clear()
+  report._plot_points(rows[4:], 'iterations', 'exponent', 'method', 'hidden_size', tmp_path)
+  assert drawn == []  # nothing to draw: no file

@@ -10,7 +10,8 @@ Plots (an experiment's ``plots``): ``('curve', metric)`` a metrics.jsonl metric 
 step, one curve a run; ``('rate', field, budgets, panel_key)`` the fraction of a setting's runs
 whose field is at most each budget (also columns of the seed table); ``('profile', key)`` the
 profiles, one curve per value of ``key``; ``('heatmap', value, x, panels)`` the seed-averaged
-``value`` with ``x`` across and the other settings down, one picture per ``panels`` value.
+``value`` with ``x`` across and the other settings down, one picture per ``panels`` value;
+``('points', y, x, series_key, panel_key)`` one run's ``y`` against its ``x``, a point a run.
 """
 
 import csv
@@ -246,6 +247,30 @@ def _plot_curves(runs: Sequence[dict], keys: Sequence[str], name: str,
   _draw(folder / f'curve_{name}.png', {'': curves}, 'step', name)
 
 
+def _plot_points(rows: list[dict], y: str, x: str, series_key: str, panel_key: str,
+                 folder: pathlib.Path) -> None:
+  """``y`` against ``x``, a point a run, one series per value of ``series_key`` and one panel
+  per value of ``panel_key`` (y on a log scale where every y is positive); runs where either
+  is not a finite number are left out. ``points_<y>.png``."""
+  panels: dict[str, dict[Any, list]] = {}
+  for row in rows:
+    try:
+      point = (float(row[x]), float(row[y]))
+    except (KeyError, TypeError, ValueError):
+      continue
+    if all(math.isfinite(v) for v in point):
+      panel = panels.setdefault(f'{panel_key}={row.get(panel_key)}', {})
+      panel.setdefault(row.get(series_key), []).append(point)
+  if not panels:  # no run measured both (e.g. no Lyapunov exponent without measure_lyapunov)
+    return
+  _draw(folder / f'points_{y}.png',
+        {name: [(*zip(*sorted(points)), dict(marker='o', linestyle='',
+                                             label=f'{series_key}={value}'))
+                for value, points in series.items()] for name, series in panels.items()},
+        x, y, 'y' if all(p[1] > 0 for series in panels.values() for points in series.values()
+                         for p in points) else '')
+
+
 def write(runs: Sequence[dict], keys: Sequence[str], experiment: experiments.Experiment,
           folder: pathlib.Path, command_line: dict | None = None) -> str:
   """Writes the tables (atomically) and plots of a sweep; returns the per-run table.
@@ -294,4 +319,6 @@ def write(runs: Sequence[dict], keys: Sequence[str], experiment: experiments.Exp
       _plot_profiles(rows, keys, plot[1], folder)
     elif plot[0] == 'heatmap' and plot[2] in keys:
       _plot_heatmaps(rows, keys, plot[1], plot[2], plot[3], folder)
+    elif plot[0] == 'points':
+      _plot_points(rows, plot[1], plot[2], plot[3], plot[4], folder)
   return table
