@@ -86,21 +86,28 @@ def test_data_parallel_over_8_devices_equals_one_device(one_device, tmp_path):
 
 
 def test_group_of_8_runs_one_per_device_equals_one_device(tmp_path):
+  """A sweep's group of 8 runs split over 8 devices (one run each) trains each run as one
+  device does."""
   rates = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]  # larger ones amplify rounding
+  config = tmp_path / 'rates.py'
+  config.write_text('from experiments.configs.char_lm import get_config\n\n\n'
+                    f'def get_sweep():\n  return [{{"learning_rate": r}} for r in {rates}]\n')
+  fields = [arg for arg in SMALL if arg.startswith('--config.') and 'learning_rate' not in arg]
 
-  def group_file(name):
-    entries = [{'workdir': str(tmp_path / name / f'lr{rate}'),
-                'overrides': {'learning_rate': rate}} for rate in rates]
-    path = tmp_path / f'{name}.json'
-    path.write_text(json.dumps(entries))
-    return path
+  def sweep(name, device_count, *extra):
+    done = subprocess.run(
+        [sys.executable, '-m', 'launch.sweep', f'--config={config}',
+         f'--workdir={tmp_path / name}', '--processes=1', *fields, *extra], cwd=ROOT,
+        env=environment(device_count), capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
 
-  run([f'--group={group_file("one")}'])
-  output = run([f'--group={group_file("eight")}', '--config.layout=runs'], device_count=8)
-  assert '8 devices (1 process(es)), runs split over them' in output
+  sweep('one', 1)
+  sweep('eight', 8, '--config.layout=runs')
   for rate in rates:
-    assert_same_run(tmp_path / 'eight' / f'lr{rate}', tmp_path / 'one' / f'lr{rate}')
-  assert len({losses(tmp_path / 'one' / f'lr{rate}')[-1] for rate in rates}) == len(rates)
+    eight = tmp_path / 'eight' / f'learning_rate={rate}'
+    assert '8 devices (1 process(es)), runs split over them' in (eight / 'log.txt').read_text()
+    assert_same_run(eight, tmp_path / 'one' / f'learning_rate={rate}')
+  assert len({losses(tmp_path / 'one' / f'learning_rate={rate}')[-1] for rate in rates}) == 8
 
 
 def free_port() -> int:

@@ -135,7 +135,10 @@ def run_main() -> None:
   from rnnjax.train import job as jobs
   from rnnjax.train import sweep
   logging.use_absl_handler()
-  received = jobs.setup_process()
+  try:
+    received = jobs.setup_process()
+  except ValueError as error:  # the distributed variables, named before any folder is touched
+    _fail(str(error))
   result = jobs.run_job({'id': 'run', 'experiment': config.experiment,
                          'overwrite': 'all' if FLAGS.overwrite else 'none',
                          'provenance': sweep.provenance(),

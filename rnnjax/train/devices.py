@@ -110,7 +110,7 @@ def place_state(where: Placement, state: Any) -> Any:
     return jax.device_put(state)
   runs = where.layout == 'runs'
   placed = {name: _place(where.mesh, value, 0 if runs else None)
-            for name, value in state._asdict().items()}
+            for name, value in state._asdict().items() if name != 'carry'}
   return state._replace(**placed, carry=_place(where.mesh, state.carry, 0 if runs else 1))
 
 
