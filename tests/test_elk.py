@@ -123,7 +123,13 @@ def test_elk_converges_where_deer_overflows():
 
 @pytest.mark.slow
 @pytest.mark.parametrize('hidden, radius, steps, methods', [
-    (4, 1.25, 1024, DAMPED), (4, 1.1, 4096, DAMPED), (16, 1.25, 1024, ('elk',))])
+    (4, 1.25, 1024, DAMPED),
+    # Known limitation: here both report convergence 7e-5 to 9e-5 from the float64 recurrence
+    # (tolerance 1e-5), where float32's own sequential scan is 1.9e-4 from it: the certificate,
+    # a float32 residual and linearised error, does not see the conditioning of the states.
+    pytest.param(4, 1.1, 4096, DAMPED, marks=pytest.mark.xfail(
+        reason='float32 does not determine these states to 1e-5; the certificate cannot tell')),
+    (16, 1.25, 1024, ('elk',))])
 def test_elk_converges_where_deer_overflows_at_long_sequences(hidden, radius, steps, methods):
   """Cells of the grid where DEER overflows and the recurrence contracts along its solution
   (where it expands, as at H = 16, rho = 1.5, the states are not determined to float32's
