@@ -18,6 +18,7 @@ from rnnjax.data import text
 from rnnjax.train import checkpoints
 from rnnjax.train import experiment
 from rnnjax.train import folder as run_folder
+from rnnjax.train import harness
 from rnnjax.train import records
 from rnnjax.train import trainer
 
@@ -416,3 +417,23 @@ def test_the_largest_lyapunov_exponent_is_logged_on_request(stream, tmp_path):
   assert math.isfinite(run_records[0]['final_largest_lyapunov_exponent'])
   _, plain, _ = train(task, [config(steps=2, log_every=1)])
   assert plain[0]['final_largest_lyapunov_exponent'] is None  # off by default
+
+
+def test_every_report_of_a_group_is_followed_by_progress(tmp_path):
+  """A measurement's work is its report, and a group's reports run one after another: each
+  sends progress when it ends, so an executor's stall watch hears from the group between
+  them."""
+  events = []
+
+  def report(run_config, params):
+    events.append(('report', run_config.seed))
+    return {}
+
+  grouped = experiment.Experiment(
+      name='test_trainer', fields={}, vmappable=('seed',),
+      task=lambda run_config: linear_task([1.0, 0.0])._replace(report=report))
+  configs = [config(steps=2, seed=seed) for seed in range(3)]
+  harness.run_group(grouped, configs, [tmp_path / str(seed) for seed in range(3)],
+                    on_progress=lambda step: events.append(('progress', step)))
+  assert events == [('progress', 1), ('progress', 2), ('report', 0), ('progress', 2),
+                    ('report', 1), ('progress', 2), ('report', 2), ('progress', 2)]

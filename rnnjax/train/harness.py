@@ -60,7 +60,10 @@ def run_group(experiment: experiments.Experiment, configs: Sequence[ConfigDict],
     configs: R ``ml_collections.ConfigDict`` configs.
     folders: R ``pathlib.Path`` run folders.
     overwrite: as ``plan.plan``: 'none', 'changed' or 'all'.
-    stop_requested, on_progress: passed to ``trainer.train``.
+    stop_requested: passed to ``trainer.train``.
+    on_progress: ``on_progress(step)``: passed to ``trainer.train``, and called again
+      once each run's report is written (a measurement's report is its work, and a
+      group's reports can outlast an executor's stall watch).
     provenance: what timing.json records of where the run was measured (commit,
       date, host).
     programs: the task's compiled programs, where the caller keeps them.
@@ -130,6 +133,8 @@ def run_group(experiment: experiments.Experiment, configs: Sequence[ConfigDict],
       summaries[i] = summary
       logging.info('%s: %s; seconds %s', plans[i].folder, summary['status'],
                    ', '.join(f'{k} {v:.1f}' for k, v in run_seconds.items()))
+      if on_progress is not None:
+        on_progress(summary['steps_done'])
   finally:
     for handle in locks:
       os.close(handle)
