@@ -29,9 +29,11 @@ CLASSIFY = ['--config=experiments/configs/classify.py', '--config.max_length=16'
 
 
 def launch(arguments, folder, **kwargs):
+  """The run as a subprocess; its output to pipes unless ``kwargs`` say otherwise (one that
+  is not read while the run goes on must not be a pipe: a full one stops the run)."""
+  kwargs = {'stdout': subprocess.PIPE, 'stderr': subprocess.PIPE, **kwargs}
   return subprocess.Popen([sys.executable, '-m', 'launch.run', f'--workdir={folder}',
-                           *arguments], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, **kwargs)
+                           *arguments], text=True, **kwargs)
 
 
 def run(arguments, folder):
@@ -65,7 +67,7 @@ def test_a_run_killed_after_its_second_checkpoint_resumes_exactly(tmp_path, shar
   code, _, stderr = run(arguments, whole)
   assert code == 0, stderr
   cut = tmp_path / 'cut'
-  process = launch(arguments, cut)
+  process = launch(arguments, cut, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
   second = cut / 'checkpoint' / '50' / '_CHECKPOINT_METADATA'
   deadline = time.time() + 300
   while not second.exists() and process.poll() is None and time.time() < deadline:
