@@ -20,10 +20,10 @@ The diagnostics: ``rj.state_gradients`` (dL/dh_t for every t in one pass),
 import importlib.metadata
 import os
 
-# XLA's C++ log level is read once, when jaxlib loads. Unless set otherwise, only its fatal
-# lines: jaxlib 0.9 logs an error line about CPU features it then ignores and a warning line
-# about versions for every program read back from the persistent compilation cache (hundreds
-# of lines a run, enough to fill a pipe nobody reads).
+# XLA's C++ log level is read once, when jaxlib loads. Unless set otherwise (importing jax
+# first sets jax's default, 1), only its fatal lines: jaxlib 0.9 logs an error line about CPU
+# features it then ignores and a warning line about versions for every program read back
+# from the persistent compilation cache (hundreds of lines a run).
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 
 from rnnjax import cells  # noqa: E402 -- after the log level

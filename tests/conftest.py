@@ -1,5 +1,11 @@
-import jax
-import pytest
+import os
+
+# As rnnjax sets it before jaxlib loads: XLA's C++ logs at fatal only. Importing jax first
+# would set jax's own default (1, warnings and errors) for every run these tests start.
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
 
 # Strict dtype promotion is not used: optax's own Adam (bias correction, a
 # Python float to an int32 power) fails under it.
