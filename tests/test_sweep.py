@@ -441,7 +441,7 @@ def test_a_sweep_whose_runs_all_fail_exits_non_zero_with_each_reason(tmp_path):
   assert process.returncode == 1
   failed = [line for line in process.stderr.splitlines() if line.startswith('failed: ')]
   assert len(failed) == 3
-  assert all('tinyshakespeare' in line and 'is missing' in line for line in failed)
+  assert all('tinyshakespeare' in line and 'is missing' in line for line in failed), failed
 
 
 def test_a_misspelt_sweep_key_is_an_error_before_any_run(tmp_path):

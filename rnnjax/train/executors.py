@@ -119,9 +119,14 @@ class Local:
     with contextlib.suppress(OSError, ValueError):  # the worker is gone or its input closed
       stdin.write((json.dumps(job) + '\n').encode())
       stdin.flush()
-    taken, last, warned, killed = False, time.monotonic(), False, None
+    taken, last, warned, killed, asked = False, time.monotonic(), False, None, False
     while True:
       now = time.monotonic()
+      if self.stopping.is_set() and not asked:  # also a worker started after ``stop``
+        asked = True
+        with contextlib.suppress(ProcessLookupError):
+          process.terminate()
+          process.send_signal(signal.SIGCONT)  # a stopped worker, too
       if self.deadline is not None and now > self.deadline and process.poll() is None:
         process.kill()
         killed = f'stopped by the launcher {self.stop_seconds:.0f} s after it was asked to'
@@ -200,14 +205,11 @@ class Local:
       pool.shutdown(wait=True, cancel_futures=True)
 
   def stop(self) -> None:
-    """Starts nothing more, asks the running jobs to checkpoint and stop (SIGTERM, and
-    SIGCONT for a stopped one), and kills them ``stop_seconds`` later."""
+    """Starts nothing more; each running job's worker is asked to checkpoint and stop
+    (SIGTERM, and SIGCONT for a stopped one) within a second, and killed ``stop_seconds``
+    later (``_follow``)."""
     self.stopping.set()
     self.deadline = time.monotonic() + self.stop_seconds
-    for process in list(self.workers.values()):
-      if process.poll() is None:
-        process.terminate()
-        process.send_signal(signal.SIGCONT)
 
 
 class SlurmJob(submitit.helpers.Checkpointable):

@@ -173,50 +173,55 @@ def sweep(experiment: experiments.Experiment, configs: list[ConfigDict], overrid
   ended = sum(run.action == 'ended' for run in plans)
   resuming = sum(run.action == 'resume' and run.step > 0 for run in plans)
   todo = sum(len(group) for group in groups)
-  _print(f'{len(plans)} runs: {ended} ended already, {len(reasons)} failed their checks, '
-         f'{todo} to train' + (f' ({resuming} from their checkpoints)' if resuming else '')
-         + f' in {len(jobs)} job(s)'
-         + (f' on {processes} process(es) x {threads} core(s)' if local else ' on Slurm'))
-  job_folder.mkdir(exist_ok=True)
-  for stale in job_folder.glob('*.json'):  # results of an earlier launch
-    stale.unlink()
-  runner: executors.Local | executors.Slurm
-  if local:
-    runner = executors.Local(processes, threads, job_folder, stall_seconds)
-  else:
-    runner = executors.Slurm(workdir, slurm or {})
-  index = {run.folder.absolute(): i for i, run in enumerate(plans)}
-  weights = {job['id']: sum(experiment.work(plans[i].config) for i in group)
-             for job, group in zip(jobs, groups)}
-  done = {job['id']: plans[group[0]].step for job, group in zip(jobs, groups)}
-  total = sum(weights[job['id']] * plans[group[0]].config.steps for job, group in
-              zip(jobs, groups))
-  progress = tqdm.tqdm(total=total, initial=sum(weights[j] * done[j] for j in done),
-                       unit='work', file=sys.stdout,
-                       bar_format='{l_bar}{bar}| {percentage:3.0f}% [{elapsed}<{remaining}]')
-  if isinstance(runner, executors.Local):
-    runner.say = progress.write
-
-  def on_progress(job: dict, step: int) -> None:
-    if step > done[job['id']]:
-      progress.update((step - done[job['id']]) * weights[job['id']])
-      done[job['id']] = step
-
-  def on_end(job: dict, result: dict) -> None:
-    for run in result['runs']:
-      i = index[pathlib.Path(run['folder'])]
-      if run['status'] in run_folder.ENDED:
-        progress.write(f'{names[i]}: {run["status"]}')
-      else:
-        reasons[i] = run['reason'] or run['status']
-        progress.write(f'{names[i]}: failed: {reasons[i]}')
-
+  # Ctrl-C checkpoints and stops from before the first line a user (or a test) reacts to: a
+  # launcher started with SIGINT ignored (in the background of a shell) would lose it.
   previous = {s: signal.signal(s, _interrupt) for s in (signal.SIGTERM, signal.SIGINT)}
+  runner: executors.Local | executors.Slurm | None = None
+  progress: tqdm.tqdm | None = None
   try:
+    _print(f'{len(plans)} runs: {ended} ended already, {len(reasons)} failed their checks, '
+           f'{todo} to train' + (f' ({resuming} from their checkpoints)' if resuming else '')
+           + f' in {len(jobs)} job(s)'
+           + (f' on {processes} process(es) x {threads} core(s)' if local else ' on Slurm'))
+    job_folder.mkdir(exist_ok=True)
+    for stale in job_folder.glob('*.json'):  # results of an earlier launch
+      stale.unlink()
+    if local:
+      runner = executors.Local(processes, threads, job_folder, stall_seconds)
+    else:
+      runner = executors.Slurm(workdir, slurm or {})
+    index = {run.folder.absolute(): i for i, run in enumerate(plans)}
+    weights = {job['id']: sum(experiment.work(plans[i].config) for i in group)
+               for job, group in zip(jobs, groups)}
+    done = {job['id']: plans[group[0]].step for job, group in zip(jobs, groups)}
+    total = sum(weights[job['id']] * plans[group[0]].config.steps for job, group in
+                zip(jobs, groups))
+    progress = bar = tqdm.tqdm(
+        total=total, initial=sum(weights[j] * done[j] for j in done), unit='work',
+        file=sys.stdout, bar_format='{l_bar}{bar}| {percentage:3.0f}% [{elapsed}<{remaining}]')
+    if isinstance(runner, executors.Local):
+      runner.say = bar.write
+
+    def on_progress(job: dict, step: int) -> None:
+      if step > done[job['id']]:
+        bar.update((step - done[job['id']]) * weights[job['id']])
+        done[job['id']] = step
+
+    def on_end(job: dict, result: dict) -> None:
+      for run in result['runs']:
+        i = index[pathlib.Path(run['folder'])]
+        if run['status'] in run_folder.ENDED:
+          bar.write(f'{names[i]}: {run["status"]}')
+        else:
+          reasons[i] = run['reason'] or run['status']
+          bar.write(f'{names[i]}: failed: {reasons[i]}')
+
     runner.run(jobs, on_end, on_progress)
   except KeyboardInterrupt:
-    runner.stop()
-    progress.close()
+    if runner is not None:
+      runner.stop()
+    if progress is not None:
+      progress.close()
     kept = sum((run_folder.read_json(run.folder / run_folder.SUMMARY) or {}).get('status')
                in run_folder.ENDED for run in plans)
     _print(f'\ninterrupted: {kept} of {len(plans)} runs have ended and are kept, the others '
@@ -225,7 +230,7 @@ def sweep(experiment: experiments.Experiment, configs: list[ConfigDict], overrid
   finally:
     for signum, handler in previous.items():
       signal.signal(signum, handler)
-  progress.close()
+  bar.close()
   runs = []
   for i, (run, values, name) in enumerate(zip(plans, overrides, names)):
     summary = run_folder.read_json(run.folder / run_folder.SUMMARY)
