@@ -52,21 +52,27 @@ and they go on. A sequence has converged when, at every step and unit,
 e_t the estimate (the square covers its second-order term; tanh's curvature
 is at most 0.77). The tolerance is refused at 0.1 and above (the first-order
 estimate is off by up to 45% of the error at 0.4) and below the dtype's eps
-(no estimate in the dtype can certify it). Near eps the estimate is itself
-rounded: float32 states can be 2 eps from float64's and still pass.
+(no estimate in the dtype can certify it).
 
-In float32 the residual of the exact solution is not 0 but about 1e-7 (up to
-1e-6 at H = 64, T = 1024), and the error estimate 1e-7 to 1e-6, which sets how
-small a tolerance can be met. Where the linearised dynamics expand (rho(W_hh)
-well above 1), rounding in the prefix products grows along the sequence: at
-rho = 3 (chaotic with tanh) DEER needs most of the T iterations and may miss
-the tolerance even at T, and from a poor guess the products can overflow
-(rho = 2 at T = 400, rho = 6 at T = 100); the iterate is then non-finite, its
-residual inf, and the loop stops there. In chaos the states are not
-determined to float32's precision at all: a sequential evaluation and a
-parallel one are both float32 shadows of the recurrence and part by O(1) after
-some tens of steps, and the error estimate says so (it grows like the
-products of the Jacobians).
+The residual is evaluated in float64 (the drive x_t W_xh + b too), whatever
+the states' dtype; the rest of the solve keeps it. A float32 residual cannot
+see the float32 rounding of F_t, about 1e-7 a step, which the linearised
+recurrence amplifies like any residual: at H = 4, rho = 1.1, T = 4,096 a
+float32 sequential scan is 1.9e-4 from the float64 recurrence, and states
+certified with a float32 residual were 7e-5 from it. With the float64
+residual the estimate is the error of the float32 states from the exact
+recurrence, and Newton's step h - e, a correction by it, is iterative
+refinement in mixed precision (Moler 1967): there the methods certify states
+2e-8 from float64's. Where the linearised dynamics expand (rho(W_hh) well
+above 1), rounding in the prefix products grows along the sequence: at rho = 3
+(chaotic with tanh) DEER needs most of the T iterations and may miss the
+tolerance even at T, and from a poor guess the products can overflow (rho = 2
+at T = 400, rho = 6 at T = 100); the iterate is then non-finite, its residual
+inf, and the loop stops there. In chaos the states are not determined to
+float32's precision at all: a sequential evaluation and a parallel one are
+both float32 shadows of the recurrence and part by O(1) after some tens of
+steps, and the error estimate says so (it grows like the products of the
+Jacobians).
 
 With ``lengths`` a step t >= length keeps the state: there F_t(h) = h, A_t = I
 and u_t = 0 (and ELK observes nothing), so the trajectory carries the state at
@@ -100,6 +106,8 @@ References:
   Sarkka & Garcia-Fernandez (2021), "Temporal parallelization of Bayesian
   smoothers", IEEE Transactions on Automatic Control 66(1) (the parallel
   Kalman filter).
+  Moler (1967), "Iterative refinement in floating point", J. ACM 14(2) (the
+  residual in higher precision, the correction in the working one).
   Blelloch (1990), "Prefix sums and their applications"; Martin & Cundy (2018),
   "Parallelizing linear recurrent neural nets over sequence length" (the scan).
 """
@@ -126,7 +134,7 @@ __all__ = ['METHODS', 'DAMPED_METHODS', 'DEFAULT_DAMPING', 'DAMPING_GRID', 'MAX_
 
 _Pair = tuple[jax.Array, jax.Array]  # (A or its diagonal, u) of h -> h A + u
 _Element = tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]  # (A, b, C, eta, J)
-_Evaluation = tuple[jax.Array, jax.Array, jax.Array, jax.Array]  # ``evaluate`` of _newton
+_Evaluation = tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]  # of _newton
 _Result = tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]  # of _newton
 
 # Full float32 products in the solver and its gradient: at JAX's default precision a GPU may
@@ -269,14 +277,16 @@ def _certified(error: jax.Array, residual: jax.Array, tolerance: float) -> jax.A
 
 
 def _newton(activation: str, method: str, damping: float | None, tolerance: float,
-            max_iterations: int, w_hh: jax.Array, drive: jax.Array, initial: jax.Array,
-            guess: jax.Array, alive: jax.Array) -> _Result:
+            max_iterations: int, w_hh: jax.Array, drive: jax.Array, drive_low: jax.Array,
+            initial: jax.Array, guess: jax.Array, alive: jax.Array) -> _Result:
   """DEER, quasi-DEER, ELK or quasi-ELK on one sequence, and the error estimate of its result.
 
   Args:
     activation, method, damping, tolerance, max_iterations: as ``elman_deer``.
     w_hh: ``<float>[H, H]``.
     drive: ``x_t W_xh + b``, ``<float>[T, H]``.
+    drive_low: ``<float>[T, H]``, what the drive's rounding left out (the exact drive, as
+      float64, is drive + drive_low).
     initial: ``h_0 <float>[H]``.
     guess: ``h^(0) <float>[T, H]``.
     alive: ``<bool>[T, 1]``, False at steps t >= length.
@@ -301,17 +311,23 @@ def _newton(activation: str, method: str, damping: float | None, tolerance: floa
     return jnp.where(jnp.all(jnp.isfinite(ratio)), jnp.max(ratio), jnp.inf)
 
   def evaluate(trajectory: jax.Array) -> _Evaluation:
-    """h_{t-1}, h_{t-1} W_hh, F_t(h_{t-1}) and the scaled residual of a trajectory."""
+    """h_{t-1}, h_{t-1} W_hh, F_t(h_{t-1}), the residual r_t = h_t - F_t(h_{t-1}) evaluated in
+    float64 (returned in the trajectory's dtype) and its scaled maximum."""
     previous = jnp.concatenate([initial[None], trajectory[:-1]])
     recurrent = jnp.matmul(previous, w_hh, precision=HIGHEST)
     target = jnp.where(alive, phi(drive + recurrent), previous)
-    return previous, recurrent, target, scaled(trajectory - target, trajectory)
+    wide = lambda x: x.astype(jnp.float64)  # traced with float64 enabled (``elman_deer``)
+    exact = phi(wide(drive) + wide(drive_low) + jnp.matmul(wide(previous), wide(w_hh),
+                                                          precision=HIGHEST))
+    residual = (wide(trajectory) - jnp.where(alive, exact, wide(previous))).astype(
+        trajectory.dtype)
+    return previous, recurrent, target, residual, scaled(residual, trajectory)
 
   def linearize(evaluation: _Evaluation, full: bool) -> _Pair:
     """``(A_t, u_t)`` of h_t = h_{t-1} A_t + u_t, the recurrence linearised at the trajectory:
     ``[T, H, H]`` (full) or their diagonals ``[T, H]``, and u_t with h_0 A_1 in u_1 (so the
     scan's offsets are the states; at padded steps A_t = I, u_t = 0)."""
-    previous, recurrent, target, _ = evaluation
+    previous, recurrent, target, _, _ = evaluation
     slope = jnp.where(alive, cells.activation_derivative(target, activation), 0.0)  # phi'(a_t)
     if full:
       jacobians = jnp.where(alive[:, :, None], w_hh * slope[:, None, :], eye)  # [T, H, H]
@@ -321,17 +337,17 @@ def _newton(activation: str, method: str, damping: float | None, tolerance: floa
     offset = jnp.where(alive, target - previous * jacobians, 0.0)
     return jacobians, offset.at[0].add(initial * jacobians[0])
 
-  def newton_step(evaluation: _Evaluation) -> jax.Array:
-    """The undamped Newton (DEER) iterate from a trajectory: full Jacobians."""
-    jacobians, offset = linearize(evaluation, full=True)
-    return jax.lax.associative_scan(_compose_matrices, (jacobians, offset))[1]
+  def newton_step(trajectory: jax.Array, evaluation: _Evaluation) -> jax.Array:
+    """The undamped Newton (DEER) iterate from a trajectory, as a correction: h - e with
+    e_t = e_{t-1} A_t + r_t (full Jacobians), r the float64 residual of ``evaluate``."""
+    jacobians, _ = linearize(evaluation, full=True)
+    return trajectory - jax.lax.associative_scan(_compose_matrices,
+                                                 (jacobians, evaluation[3]))[1]
 
   def method_step(trajectory: jax.Array, evaluation: _Evaluation) -> jax.Array:
     """The next iterate of ``method`` from a trajectory."""
-    full = method in ('deer', 'elk')
+    full = method == 'elk'
     jacobians, offset = linearize(evaluation, full)
-    if method == 'deer':
-      return jax.lax.associative_scan(_compose_matrices, (jacobians, offset))[1]
     if method == 'quasi':
       return jax.lax.associative_scan(_compose_diagonals, (jacobians, offset))[1]
     assert damping is not None  # the damped methods have one (``elman_deer``)
@@ -352,11 +368,11 @@ def _newton(activation: str, method: str, damping: float | None, tolerance: floa
                     ) -> tuple[jax.Array, jax.Array, _Evaluation, jax.Array, jax.Array]:
       iterations, _, _, following, _ = carry
       evaluation = evaluate(following)
-      step = newton_step(evaluation)
+      step = newton_step(following, evaluation)
       return iterations + 1, following, evaluation, step, scaled(step - following, following)
 
     evaluation = evaluate(guess)
-    step = newton_step(evaluation)
+    step = newton_step(guess, evaluation)
     carry = (jnp.int32(0), guess, evaluation, step, scaled(step - guess, guess))
     iterations, trajectory, evaluation, _, error = jax.lax.while_loop(
         deer_unconverged, deer_update, carry)
@@ -382,7 +398,7 @@ def _newton(activation: str, method: str, damping: float | None, tolerance: floa
     iterations, trajectory, evaluation, _, _ = carry
     iterations, trajectory, evaluation = jax.lax.while_loop(
         iterate_unconverged, iterate, (iterations, trajectory, evaluation))
-    step = newton_step(evaluation)
+    step = newton_step(trajectory, evaluation)
     error = scaled(step - trajectory, trajectory)
     residual = evaluation[-1]
     passed = _certified(error, residual, tolerance)
@@ -400,29 +416,32 @@ def _newton(activation: str, method: str, damping: float | None, tolerance: floa
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2, 3, 4))
 def _solve(activation: str, method: str, damping: float | None, tolerance: float,
-           max_iterations: int, w_hh: jax.Array, drive: jax.Array, initial: jax.Array,
-           guess: jax.Array, alive: jax.Array) -> _Result:
-  """``_newton`` over the batch: ``drive, guess [B, T, H]``, ``initial [B, H]``,
+           max_iterations: int, w_hh: jax.Array, drive: jax.Array, drive_low: jax.Array,
+           initial: jax.Array, guess: jax.Array, alive: jax.Array) -> _Result:
+  """``_newton`` over the batch: ``drive, drive_low, guess [B, T, H]``, ``initial [B, H]``,
   ``alive [B, T, 1]``; each sequence stops on its own (``jax.vmap`` of the loop)."""
   return _solve_forward(activation, method, damping, tolerance, max_iterations, w_hh, drive,
-                        initial, guess, alive)[0]
+                        drive_low, initial, guess, alive)[0]
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
 def _batched_newton(activation: str, method: str, damping: float | None, tolerance: float,
-                    max_iterations: int, w_hh: jax.Array, drive: jax.Array, initial: jax.Array,
-                    guess: jax.Array, alive: jax.Array) -> _Result:
+                    max_iterations: int, w_hh: jax.Array, drive: jax.Array,
+                    drive_low: jax.Array, initial: jax.Array, guess: jax.Array,
+                    alive: jax.Array) -> _Result:
   """``_newton`` vmapped over the batch, compiled as one program (also when called eagerly)."""
   solve = functools.partial(_newton, activation, method, damping, tolerance, max_iterations,
                             w_hh)
-  return jax.vmap(solve)(drive, initial, guess, alive)
+  return jax.vmap(solve)(drive, drive_low, initial, guess, alive)
 
 
 def _solve_forward(activation: str, method: str, damping: float | None, tolerance: float,
-                   max_iterations: int, w_hh: jax.Array, drive: jax.Array, initial: jax.Array,
-                   guess: jax.Array, alive: jax.Array) -> tuple[_Result, tuple[jax.Array, ...]]:
-  outputs = _batched_newton(activation, method, damping, tolerance, max_iterations, w_hh, drive,
-                            initial, guess, alive)
+                   max_iterations: int, w_hh: jax.Array, drive: jax.Array,
+                   drive_low: jax.Array, initial: jax.Array, guess: jax.Array,
+                   alive: jax.Array) -> tuple[_Result, tuple[jax.Array, ...]]:
+  with jax.enable_x64(True):  # traced here too when differentiated (``elman_deer``)
+    outputs = _batched_newton(activation, method, damping, tolerance, max_iterations, w_hh,
+                              drive, drive_low, initial, guess, alive)
   trajectory, _, converged, _, _ = outputs
   return outputs, (w_hh, trajectory, initial, alive, converged)
 
@@ -452,7 +471,7 @@ def _solve_backward(activation: str, method: str, damping: float | None, toleran
                         g_total[:, 0])
   previous = jnp.concatenate([initial[:, None], trajectory[:, :-1]], axis=1)
   g_w_hh = jnp.einsum('bti,btj->ij', previous, g_drive, precision=HIGHEST)
-  return (g_w_hh, g_drive, g_initial, jnp.zeros_like(trajectory),
+  return (g_w_hh, g_drive, jnp.zeros_like(g_drive), g_initial, jnp.zeros_like(trajectory),
           jnp.zeros(alive.shape, jax.dtypes.float0))
 
 
@@ -490,9 +509,9 @@ def elman_deer(params: dict, inputs: jax.typing.ArrayLike, initial_state: jax.ty
       states are at most tolerance (1 + |h_t|) at every step and unit (module
       docstring). Below eps no estimate in the dtype can certify it; from 0.1
       the first-order estimate is too rough (the zero guess 'converged' at
-      tolerance 1.0 under the residual test alone, off by 1.0). Near eps the
-      estimate is itself rounded (float32 states of T = 24 to 256 steps are
-      off by up to 2 eps from float64's).
+      tolerance 1.0 under the residual test alone, off by 1.0). The residual
+      is evaluated in float64, so the states are certified against the exact
+      recurrence, not a float32 evaluation of it.
     max_iterations: >= 1, the cap on updates per sequence; None is T for
       DEER and quasi-DEER, where they are exact in exact arithmetic, and 2 T
       for the damped methods, which are exact after no fixed count.
@@ -509,7 +528,7 @@ def elman_deer(params: dict, inputs: jax.typing.ArrayLike, initial_state: jax.ty
     updates made (0 if the guess already passes; the cap if not converged,
     fewer if the iterate overflowed or its error could not be estimated),
     whether it converged, max_t |h_t - F_t(h_{t-1})| / (1 + |h_t|) of the
-    states returned (inf once non-finite), and max_t |e_t| / (1 + |h_t|),
+    states returned (in float64; inf once non-finite), and max_t |e_t| / (1 + |h_t|),
     their linearised error (one full-Jacobian Newton solve from the states;
     inf where it overflowed). Where ``converged`` is False the
     states are the last iterate, not the recurrence's, and gradients for
@@ -574,9 +593,15 @@ def elman_deer(params: dict, inputs: jax.typing.ArrayLike, initial_state: jax.ty
   drive = inputs @ params['W_xh'] + cells.bias(params)
   guess = jnp.zeros_like(drive) if initial_guess is None else jnp.asarray(initial_guess,
                                                                           drive.dtype)
-  trajectory, iterations, converged, residual, error = _solve(
-      activation, method, damping, float(tolerance), int(max_iterations), params['W_hh'], drive,
-      initial_state, guess, alive)
+  # The certificate's residuals are float64 (module docstring): the solve is traced, and under
+  # an outer vmap batched, with float64 enabled; its own arrays keep their dtypes.
+  with jax.enable_x64(True):
+    wide = {key: jnp.asarray(value).astype(jnp.float64) for key, value in params.items()}
+    exact = inputs.astype(jnp.float64) @ wide['W_xh'] + cells.bias(wide)
+    drive_low = jax.lax.stop_gradient((exact - drive.astype(jnp.float64)).astype(drive.dtype))
+    trajectory, iterations, converged, residual, error = _solve(
+        activation, method, damping, float(tolerance), int(max_iterations), params['W_hh'],
+        drive, drive_low, initial_state, guess, alive)
   states = jnp.where(alive, trajectory, 0.0)
   info = {'iterations': iterations, 'converged': converged, 'residual': residual,
           'error': error}
