@@ -130,8 +130,8 @@ def test_elk_converges_where_deer_overflows():
     (16, 1.25, 1024, ('elk',))])
 def test_elk_converges_where_deer_overflows_at_long_sequences(hidden, radius, steps, methods):
   """Cells of the grid where DEER overflows and the recurrence contracts along its solution
-  (where it expands, as at H = 16, rho = 1.5, the states are not determined to float32's
-  precision and no method can certify them: the error estimate grows with the Jacobians)."""
+  (where it expands, as at H = 16, rho = 1.5, T = 1,024, no method certifies the states: the
+  correction is solved in float32 and grows with the Jacobian products)."""
   _check_converges_where_deer_overflows(hidden, radius, steps, {m: 2 * steps for m in methods})
 
 
