@@ -5,7 +5,8 @@
 Each study is its config's sweep (``python -m launch.sweep``, with the budget its config's
 docstring states); its table, headed by the commit and date it was measured at, is copied to
 docs/results/<study>.md with its plots beside it (docs/results/<study>/), and the main job's
-table also into the README. A study whose sweep fails keeps its old table. Studies that
+table also into the README, once every study has run (a table copied in earlier would mark
+the next study's commit '+changes'). A study whose sweep fails keeps its old table. Studies that
 ended are not trained again when the command is run again (the sweep's own rule), so a long
 study can be measured in pieces.
 """
@@ -61,7 +62,7 @@ def main(argv):
   unknown = sorted(set(FLAGS.studies) - set(STUDIES))
   if unknown:
     raise app.UsageError(f'--studies: expected some of {list(STUDIES)}, got {unknown}')
-  failed = []
+  failed, measured = [], []
   for study in FLAGS.studies:
     config, extra, table = STUDIES[study]
     workdir = pathlib.Path(FLAGS.workdir) / study
@@ -70,9 +71,11 @@ def main(argv):
                              f'--config={ROOT / "experiments" / "configs" / config}',
                              f'--workdir={workdir}', *extra], cwd=ROOT)
     if result.returncode == 0:
-      publish(study, workdir, table)
+      measured.append((study, workdir, table))
     else:
       failed.append(study)
+  for study, workdir, table in measured:
+    publish(study, workdir, table)
   if failed:
     print(f'failed, their tables kept: {", ".join(failed)}', file=sys.stderr)
     sys.exit(1)
