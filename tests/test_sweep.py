@@ -370,13 +370,19 @@ def test_a_job_handed_to_a_worker_that_ends_untaken_runs_on_a_new_one(tmp_path,
           'job') in (tmp_path / 'run' / 'log.txt').read_text()
 
 
+def wait_for_training(workdir, runs, seconds=120):
+  """Until ``runs`` run folders of the sweep have a metrics line: their workers took their
+  jobs and train (a signal before that finds a run with nothing to checkpoint)."""
+  deadline = time.time() + seconds
+  while len(list(workdir.glob('*/metrics.jsonl'))) < runs and time.time() < deadline:
+    time.sleep(0.5)
+
+
 def test_interrupted_sweep_stops_its_runs_and_resumes(tmp_path, shared_data_dir):
   config = write_config(tmp_path, steps=100_000, radius=1.0)
   workdir = tmp_path / 'sweep'
   process = launch(config, workdir)
-  deadline = time.time() + 120
-  while not list(workdir.glob('*/metrics.jsonl')) and time.time() < deadline:
-    time.sleep(0.5)
+  wait_for_training(workdir, runs=3)
   process.send_signal(signal.SIGTERM)
   output, _ = process.communicate(timeout=120)
   assert process.returncode == 130
@@ -395,9 +401,7 @@ def test_ctrl_c_stops_a_launcher_started_with_sigint_ignored(tmp_path, shared_da
   workdir = tmp_path / 'sweep'
   process = launch(config, workdir, '--max_group_size=1', start_new_session=True,
                    preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
-  deadline = time.time() + 120
-  while not list(workdir.glob('*/metrics.jsonl')) and time.time() < deadline:
-    time.sleep(0.5)
+  wait_for_training(workdir, runs=1)
   os.killpg(process.pid, signal.SIGINT)
   output, _ = process.communicate(timeout=120)
   assert process.returncode == 130
@@ -412,9 +416,7 @@ def test_ctrl_c_on_a_sweep_checkpoints_every_run_without_a_traceback(tmp_path, s
   config = write_config(tmp_path, steps=100_000, radius=1.0)
   workdir = tmp_path / 'sweep'
   process = launch(config, workdir, start_new_session=True)
-  deadline = time.time() + 120
-  while not list(workdir.glob('*/metrics.jsonl')) and time.time() < deadline:
-    time.sleep(0.5)
+  wait_for_training(workdir, runs=3)
   os.killpg(process.pid, signal.SIGINT)  # what a terminal does on Ctrl-C
   output, _ = process.communicate(timeout=120)
   assert process.returncode == 130
