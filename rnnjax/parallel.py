@@ -56,14 +56,13 @@ estimate is off by up to 45% of the error at 0.4) and below the dtype's eps
 
 The residual is evaluated in float64 (the drive x_t W_xh + b too), whatever
 the states' dtype; the rest of the solve keeps it. A float32 residual cannot
-see the float32 rounding of F_t, about 1e-7 a step, which the linearised
-recurrence amplifies like any residual: at H = 4, rho = 1.1, T = 4,096 a
-float32 sequential scan is 1.9e-4 from the float64 recurrence, and states
-certified with a float32 residual were 7e-5 from it. With the float64
-residual the estimate is the error of the float32 states from the exact
-recurrence, and Newton's step h - e, a correction by it, is iterative
-refinement in mixed precision (Moler 1967): there the methods certify states
-2e-8 from float64's. Where the linearised dynamics expand (rho(W_hh) well
+see the float32 rounding of F_t, about eps a step, which the linearised
+recurrence amplifies like any residual (over long, slowly contracting
+sequences to far more than the tolerance). With the float64 residual the
+estimate is the error of the float32 states from the exact recurrence, and
+Newton's step h - e, a correction by it, is iterative refinement in mixed
+precision (Moler 1967): the states it certifies can be closer to the exact
+recurrence than a float32 sequential scan. Where the linearised dynamics expand (rho(W_hh) well
 above 1), rounding in the prefix products grows along the sequence: at rho = 3
 (chaotic with tanh) DEER needs most of the T iterations and may miss the
 tolerance even at T, and from a poor guess the products can overflow (rho = 2
