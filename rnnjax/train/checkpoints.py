@@ -103,8 +103,7 @@ def _classify(error: BaseException, path: pathlib.Path, step: int | None, doing:
       return link
     text = re.split(r' \[(?:tensorstore_spec|source locations)', f'{link}\n'.splitlines()[0])[0]
     word = (re.match(r'([A-Z_]+): ', text) or [None, None])[1]
-    found = re.search(r"os_error_code='(\d+)'|OS error (\d+)", str(link))
-    number = int(found[1] or found[2]) if found else getattr(link, 'errno', None)
+    number = run_folder.errno_of(link)
     files = [pathlib.Path(name) for name in re.findall(r'"(/[^"]+)"', text)]
     where = pathlib.Path(getattr(link, 'filename', None) or (files or [path])[-1])
     if number in _REFUSED or (number is None and word in _REFUSED):

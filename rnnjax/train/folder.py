@@ -17,13 +17,14 @@ import fcntl
 import json
 import os
 import pathlib
+import re
 import shutil
 import socket
 from typing import Any
 
 __all__ = ['CONFIG', 'METRICS', 'SUMMARY', 'TIMING', 'DEVICES', 'CHECKPOINTS', 'TENSORBOARD',
            'LOCK', 'LOG', 'RUN_FILES', 'ENDED', 'FolderInUse', 'write', 'write_json', 'append_text',
-           'read_json', 'check_path', 'check_links', 'lock', 'clear']
+           'read_json', 'check_path', 'check_links', 'lock', 'clear', 'errno_of']
 
 CONFIG = 'config.json'
 METRICS = 'metrics.jsonl'
@@ -161,3 +162,13 @@ def clear(folder: pathlib.Path) -> None:
       shutil.rmtree(entry)
     else:
       entry.unlink()
+
+
+def errno_of(error: BaseException) -> int | None:
+  """The errno of an error: its ``errno`` attribute, else the number TensorStore writes into
+  its text (``[os_error_code='28']``, ``OS error 28``, ``[Errno 28]``); None where it has none."""
+  number = getattr(error, 'errno', None)
+  if isinstance(number, int):
+    return number
+  found = re.search(r"(?:OS error |\[Errno |os_error_code=')(\d+)", str(error))
+  return int(found[1]) if found else None

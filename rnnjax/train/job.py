@@ -21,7 +21,6 @@ import json
 import logging as python_logging
 import os
 import pathlib
-import re
 import signal
 import sys
 import time
@@ -128,15 +127,11 @@ def setup_process(signals: Sequence[int] = (signal.SIGTERM, signal.SIGUSR2, sign
 def failure(error: BaseException) -> tuple[str, str] | None:
   """The exit kind and one-line reason of an error a job ends with, or None for a bug (it
   keeps its traceback). A full disk (ENOSPC, EDQUOT) says to free space and run again, too
-  many open files (EMFILE, ENFILE) to raise ``ulimit -n``; TensorStore's errors carry their
-  errno in their text ("[os_error_code='28']")."""
+  many open files (EMFILE, ENFILE) to raise ``ulimit -n`` (the errno: ``folder.errno_of``)."""
   from rnnjax.data import corpora
   from rnnjax.train import checkpoints
   text = ' '.join(str(error).split()) or type(error).__name__
-  number = getattr(error, 'errno', None) if isinstance(error, OSError) else None
-  found = re.search(r"(?:OS error |\[Errno |os_error_code=')(\d+)", text)
-  if number is None and found:
-    number = int(found.group(1))
+  number = run_folder.errno_of(error)
   if number in (errno.ENOSPC, errno.EDQUOT):
     return 'full_disk', (f'{text}; the disk is full; free some space and run the same command '
                          'again to resume from the last checkpoint')
