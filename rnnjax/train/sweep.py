@@ -177,7 +177,6 @@ def sweep(experiment: experiments.Experiment, configs: list[ConfigDict], overrid
   # launcher started with SIGINT ignored (in the background of a shell) would lose it.
   previous = {s: signal.signal(s, _interrupt) for s in (signal.SIGTERM, signal.SIGINT)}
   runner: executors.Local | executors.Slurm | None = None
-  progress: tqdm.tqdm | None = None
   try:
     _print(f'{len(plans)} runs: {ended} ended already, {len(reasons)} failed their checks, '
            f'{todo} to train' + (f' ({resuming} from their checkpoints)' if resuming else '')
@@ -196,32 +195,30 @@ def sweep(experiment: experiments.Experiment, configs: list[ConfigDict], overrid
     done = {job['id']: plans[group[0]].step for job, group in zip(jobs, groups)}
     total = sum(weights[job['id']] * plans[group[0]].config.steps for job, group in
                 zip(jobs, groups))
-    progress = bar = tqdm.tqdm(
-        total=total, initial=sum(weights[j] * done[j] for j in done), unit='work',
-        file=sys.stdout, bar_format='{l_bar}{bar}| {percentage:3.0f}% [{elapsed}<{remaining}]')
-    if isinstance(runner, executors.Local):
-      runner.say = bar.write
+    with tqdm.tqdm(total=total, initial=sum(weights[j] * done[j] for j in done), unit='work',
+                   file=sys.stdout,
+                   bar_format='{l_bar}{bar}| {percentage:3.0f}% [{elapsed}<{remaining}]') as bar:
+      if isinstance(runner, executors.Local):
+        runner.say = bar.write
 
-    def on_progress(job: dict, step: int) -> None:
-      if step > done[job['id']]:
-        bar.update((step - done[job['id']]) * weights[job['id']])
-        done[job['id']] = step
+      def on_progress(job: dict, step: int) -> None:
+        if step > done[job['id']]:
+          bar.update((step - done[job['id']]) * weights[job['id']])
+          done[job['id']] = step
 
-    def on_end(job: dict, result: dict) -> None:
-      for run in result['runs']:
-        i = index[pathlib.Path(run['folder'])]
-        if run['status'] in run_folder.ENDED:
-          bar.write(f'{names[i]}: {run["status"]}')
-        else:
-          reasons[i] = run['reason'] or run['status']
-          bar.write(f'{names[i]}: failed: {reasons[i]}')
+      def on_end(job: dict, result: dict) -> None:
+        for run in result['runs']:
+          i = index[pathlib.Path(run['folder'])]
+          if run['status'] in run_folder.ENDED:
+            bar.write(f'{names[i]}: {run["status"]}')
+          else:
+            reasons[i] = run['reason'] or run['status']
+            bar.write(f'{names[i]}: failed: {reasons[i]}')
 
-    runner.run(jobs, on_end, on_progress)
+      runner.run(jobs, on_end, on_progress)
   except KeyboardInterrupt:
     if runner is not None:
       runner.stop()
-    if progress is not None:
-      progress.close()
     kept = sum((run_folder.read_json(run.folder / run_folder.SUMMARY) or {}).get('status')
                in run_folder.ENDED for run in plans)
     _print(f'\ninterrupted: {kept} of {len(plans)} runs have ended and are kept, the others '
@@ -230,7 +227,6 @@ def sweep(experiment: experiments.Experiment, configs: list[ConfigDict], overrid
   finally:
     for signum, handler in previous.items():
       signal.signal(signum, handler)
-  bar.close()
   runs = []
   for i, (run, values, name) in enumerate(zip(plans, overrides, names)):
     summary = run_folder.read_json(run.folder / run_folder.SUMMARY)
