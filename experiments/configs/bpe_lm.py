@@ -16,8 +16,9 @@ batches, padding excluded from the loss):
 
 The sweep (``get_sweep``) trains the three: PTB words for 4 epochs (830 windows of 32
 streams x 35 words an epoch) at Adam 2e-3, the rate a quarter at the end of each epoch from
-the second on (the setting that gets below 5-gram Kneser-Ney's 141.2); PTB and WikiText-2 pieces as before, 6,000 and 3,000 batches. Budget: about 70 CPU
-minutes (16 for the words).
+the second on (the setting that gets below 5-gram Kneser-Ney's 141.2); PTB and WikiText-2
+pieces at a fixed rate, 6,000 and 3,000 batches. Budget: about 46 CPU minutes (13 for the
+words; 27 minutes on 2 cores with two runs at a time).
 
   python -m launch.sweep --config=experiments/configs/bpe_lm.py --workdir=results/bpe_lm
 """
