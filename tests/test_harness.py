@@ -91,8 +91,8 @@ def test_a_run_killed_after_its_second_checkpoint_resumes_exactly(tmp_path, shar
 
 
 def test_damaged_run_files_read_as_missing_lines_or_files(tmp_path):
-  """helper-14's hand-damaged files: a bad line inside metrics.jsonl dropped every line
-  after it, or raised KeyError; summary.json as a list raised AttributeError."""
+  """Hand-damaged files: a bad line inside metrics.jsonl is skipped (the lines after it kept,
+  no KeyError); a summary.json that holds a list reads as no summary."""
   good = [{'step': 1, 'loss': 2.0}, {'step': 5, 'loss': 1.5}, {'step': 10, 'loss': 1.0}]
   text = (json.dumps(good[0]) + '\ngarbage\n{"foo": 1}\n' + json.dumps(good[1]) + '\n')
   (tmp_path / 'metrics.jsonl').write_bytes(text.encode() + b'\xff\xfe\n' +
@@ -110,8 +110,8 @@ def test_damaged_run_files_read_as_missing_lines_or_files(tmp_path):
 
 @pytest.mark.parametrize('overwrite', [False, True])
 def test_a_folder_of_other_files_is_never_cleared(tmp_path, overwrite):
-  """helper-15: launch.run --workdir=<a sweep's folder> (no config.json) cleared it, the
-  finished runs and tables with it; any folder of somebody's files went the same way."""
+  """launch.run --workdir=<a sweep's folder> (no config.json), or any folder of somebody's
+  files, is refused: clearing it would delete the finished runs and tables."""
   (tmp_path / 'results.md').write_text('a table')
   (tmp_path / 'spectral_radius=0.5').mkdir()
   run, = plan.plan(char_lm.EXPERIMENT, [char_lm.EXPERIMENT.config()], [tmp_path],
@@ -150,13 +150,14 @@ def test_a_finished_run_refuses_another_config_and_overwrites_on_request(tmp_pat
 def test_configuration_errors_are_one_line_without_a_traceback(tmp_path):
   for arguments, message in (
       (['--config.spectral_radus=1.1'], 'did you mean spectral_radius?'),
-      (['--config.steps.x=3'], "has no field 'steps.x' (config.steps is "),  # was "Attribute
-      # <class 'int'>.x does not exist and the type does not support indexing..."
+      (['--config.steps.x=3'], "has no field 'steps.x' (config.steps is "),
+      (['--config.hidden_size=64.5'], "--config.hidden_size: expected an int (the type of its "
+                                      "value 256), got '64.5'"),
+      (['--config.measure_lyapunov=yes'], '--config.measure_lyapunov: expected true or false'),
       (['--config.spectral_radius=-1'], 'config.spectral_radius: expected a finite value >= 0'),
       (['--config.optimizer=adamx'], "config.optimizer: expected one of"),
       (['--config.data_dir=/nonexistent'], 'tinyshakespeare: /nonexistent/tinyshakespeare/'
                                            'input.txt is missing'),
-      # helper-12: each of these was a traceback; the first wrote the run folder, then failed
       (['--config.hidden_size=1000000'], "the training state of 1 run(s) alone takes 1.12e+04 GiB, "
                                          "more than the"),
       (['--config.experiment=experiments.classify'], "config.corpus: the config has no field "
@@ -183,7 +184,16 @@ def test_help_lists_the_config_fields_and_exits_0():
                           text=True)
   assert result.returncode == 0
   assert 'spectral_radius = 1.0  # of W_hh at init' in result.stdout
-  assert '--overwrite' in result.stdout
+  assert "optimizer = 'adam'  # sgd | adagrad | adam | adamw; default 'sgd'" in result.stdout
+  assert '--overwrite' in result.stdout and '``' not in result.stdout
+
+
+def test_help_without_a_config_lists_the_flags_and_exits_0():
+  for module, flag in (('launch.run', '--workdir'), ('launch.sweep', '--slurm.NAME=VALUE')):
+    result = subprocess.run([sys.executable, '-m', module, '--help'], capture_output=True,
+                            text=True)
+    assert result.returncode == 0 and flag in result.stdout, result.stderr
+    assert 'With --config=CONFIG.py, --help also lists the fields' in result.stdout
 
 
 def test_no_tpu_line_on_a_cpu(tmp_path, shared_data_dir):

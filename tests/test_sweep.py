@@ -111,7 +111,7 @@ def test_command_line_fields_set_every_run_and_a_swept_one_is_refused(tmp_path,
                                   f'{workdir} is left as it was\n') and not workdir.exists()
   spaced = subprocess.run([sys.executable, '-m', 'launch.sweep', '--config', str(config),
                            '--config.spectral_radus=2', f'--workdir={workdir}'],
-                          capture_output=True, text=True)  # helper-14: named char_lm.py
+                          capture_output=True, text=True)  # names this file, not another
   assert spaced.returncode == 1 and spaced.stderr.startswith(
       f'error: --config.spectral_radus: {config} has no field')
 
@@ -147,7 +147,7 @@ def test_command_line_fields_replace_the_fixed_ones_and_never_a_swept_one():
                               {'steps': 3, 'seed': 4}, 'f.py')
   assert [c.to_dict() for c in configs] == [{'extra': {'a': 1, 'b': 0}, 'steps': 3, 'seed': 4},
                                             {'extra': {'a': 2, 'b': 0}, 'steps': 3, 'seed': 4}]
-  # helper-15: --config.extra.a=3 trained both runs of a sweep over extra at a = 3
+  # a command-line field inside a swept dict (or around one) would set every run alike
   whole = [{'extra': {'a': 1}}, {'extra': {'a': 2}}]
   for given, swept, runs in (('extra.a', 'extra', whole), ('extra.b', 'extra', whole),
                              ('extra', 'extra', whole), ('extra', 'extra.a', nested)):
@@ -157,7 +157,7 @@ def test_command_line_fields_replace_the_fixed_ones_and_never_a_swept_one():
 
 
 def test_a_workdir_that_cannot_be_a_folder_is_one_line(tmp_path):
-  """helper-14: each was a traceback from the sweep's lock."""
+  """A workdir that is a file, or under one, or a dangling link: one line, no traceback."""
   config = write_config(tmp_path, radius=1.0)
   (tmp_path / 'a_file').write_text('')
   (tmp_path / 'a_link').symlink_to(tmp_path / 'nothing')
@@ -187,8 +187,8 @@ def test_a_changed_run_trains_again_and_only_it(tmp_path, shared_data_dir):
   for name in ('spectral_radius=0.5', 'spectral_radius=1.5'):
     assert after[name] == before[name]
   assert 'spectral_radius=1.2' in after  # a new folder for the new value
-  damaged = workdir / 'spectral_radius=0.5' / 'config.json'  # helper-14: read as "changed"
-  original = damaged.read_text()                               # and the run deleted
+  damaged = workdir / 'spectral_radius=0.5' / 'config.json'  # refused, not read as "changed"
+  original = damaged.read_text()                               # (which would clear the run)
   damaged.write_text(original[:100])
   code, output, errors = run_sweep(changed, workdir)
   assert code == 1 and 'whose config changed' not in output
@@ -455,10 +455,20 @@ def test_a_misspelt_sweep_key_is_an_error_before_any_run(tmp_path):
   assert ("get_sweep: run 1: config.spectral_radus: the config has no field 'spectral_radus'; "
           'did you mean spectral_radius?') in errors
   assert not any((tmp_path / 'sweep').glob('*/summary.json'))
-  twice = write_config(tmp_path, radius=0.5, name='twice.py')  # helper-15: locked itself out
+  twice = write_config(tmp_path, radius=0.5, name='twice.py')
   code, _, errors = run_sweep(twice, tmp_path / 'sweep')
   assert code == 1 and errors == ('error: get_sweep: runs [0, 2] have the same swept values '
                                   '(spectral_radius=0.5); give each run its own\n')
+
+
+def test_a_misspelt_or_mistyped_slurm_field_is_one_line(tmp_path):
+  config = write_config(tmp_path, radius=0.5)
+  for flag, message in (('--slurm.partition=debug', "error: --slurm.partition: --slurm has no "
+                         "field 'partition'; did you mean slurm_partition?\n"),
+                        ('--slurm.timeout_min=soon', "error: --slurm.timeout_min: expected an int "
+                         "(the type of its value 60), got 'soon'\n")):
+    code, _, errors = run_sweep(config, tmp_path / 'sweep', '--executor=slurm', flag)
+    assert code == 1 and errors == message and not (tmp_path / 'sweep').exists()
 
 
 @pytest.mark.slow

@@ -2,7 +2,7 @@
 
   rnnjax-run --config=CONFIG.py --workdir=results/one_run [--config.NAME=VALUE ...] [--overwrite]
   rnnjax-sweep --config=CONFIG.py --workdir=results/sweep [--config.NAME=VALUE ...]
-      [--executor=slurm --slurm.partition=debug --slurm.timeout_min=60 ...]
+      [--executor=slurm --slurm.slurm_partition=debug --slurm.timeout_min=60 ...]
 
 (``python -m launch.run`` and ``python -m launch.sweep`` in a checkout.) A config
 file defines ``get_config()``, whose ``experiment`` field names the module of an
@@ -21,8 +21,9 @@ exits. Exit status: 0 when the run finished or diverged (a diverged run is a
 result); 1 with one line on stderr for a bad config, a folder of another run or
 in use, missing data, a full disk; 128 + the signal's number when stopped by one.
 
-sweep: see ``rnnjax.train.sweep``; exit status 0, 1 when a run failed (each
-reason printed), 130 when interrupted.
+sweep: every run of ``get_sweep()`` is planned, trained in vmapped groups on local
+processes or Slurm, and tabulated (``rnnjax.train.sweep``); exit status 0, 1 when a run
+failed (each reason printed), 130 when interrupted.
 """
 
 import importlib.util
@@ -32,7 +33,7 @@ import pathlib
 import re
 import sys
 import types
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from absl import flags
 import ml_collections
@@ -43,9 +44,11 @@ from rnnjax.train import experiment as experiments
 __all__ = ['run_main', 'sweep_main']
 
 FLAGS = flags.FLAGS
-SLURM = {'slurm_partition': '', 'timeout_min': 60, 'cpus_per_task': 2, 'slurm_gpus_per_task': 0,
-         'mem_gb': 8, 'slurm_account': '', 'slurm_qos': '', 'slurm_array_parallelism': 16,
-         'nodes': 1, 'tasks_per_node': 1}
+SLURM_CONFIG = ml_collections.ConfigDict({
+    'slurm_partition': '', 'timeout_min': 60, 'cpus_per_task': 2, 'slurm_gpus_per_task': 0,
+    'mem_gb': 8, 'slurm_account': '', 'slurm_qos': '', 'slurm_array_parallelism': 16, 'nodes': 1,
+    'tasks_per_node': 1})
+HELP = ('--help', '-h', '--helpshort', '-?')
 
 
 def _say(line: str) -> None:
@@ -69,12 +72,31 @@ def _config_path(argv: list[str]) -> str:
       path = match.group(2)
     elif match and i + 1 < len(argv):
       path = argv[i + 1]
+  if path is None and any(arg in HELP for arg in argv[1:]):
+    _help(None)
   if path is None:
     _fail('--config: expected a config file (--config=path/to/config.py)')
   return path
 
 
-def _load(argv: list[str], doc: str, sweep: bool
+def _help(fields: str | None) -> NoReturn:
+  """Prints the command's use, its flags and ``fields`` (a config's), and exits 0."""
+  print(__doc__.replace('``', ''))
+  print(FLAGS.module_help(__name__))
+  if 'executor' in FLAGS:  # the sweep's
+    print('  --slurm.NAME=VALUE: slurm: submitit\'s parameters: ' + ', '.join(
+        f'{name}={value!r}' for name, value in SLURM_CONFIG.items()))
+  print(fields or '\nWith --config=CONFIG.py, --help also lists the fields of its config.')
+  sys.exit(0)
+
+
+def _kind(default: Any) -> str:
+  """Words for the type of a field's default, completing 'expected ...'."""
+  return {bool: 'true or false', int: 'an int', float: 'a number', str: 'a string'}.get(
+      type(default), f'a {type(default).__name__}')
+
+
+def _load(argv: list[str], sweep: bool
           ) -> tuple[types.ModuleType, experiments.Experiment, ml_collections.ConfigDict, str]:
   """Loads the config file once; defines the flags around its config; parses ``argv``.
 
@@ -96,28 +118,44 @@ def _load(argv: list[str], doc: str, sweep: bool
     experiment = experiments.load(base.get('experiment'))
   except ValueError as error:
     _fail(str(error))
-  if any(arg in ('--help', '-h', '--helpshort', '-?') for arg in argv[1:]):
-    print(doc)
-    print(FLAGS.main_module_help())
-    print(f'\nFields of {path} (--config.NAME=VALUE), with the defaults of '
-          f'{experiment.name}:\n{experiment.help()}')
-    sys.exit(0)
+  if any(arg in HELP for arg in argv[1:]):
+    runs = module.get_sweep() if sweep else []
+    swept = ', '.join(dict.fromkeys(name for run in runs for name in run))
+    _help(f'\nFields of {path} (--config.NAME=VALUE), as its get_config() sets them'
+          + (f' (get_sweep() gives {len(runs)} runs, which set {swept})' if runs else '')
+          + f':\n{experiment.help(base)}')
+  dicts = {'config': (base, path), **({'slurm': (SLURM_CONFIG, '--slurm')} if sweep else {})}
+  overrides = []  # (flag, field, value or None)
   for arg in argv[1:]:  # a field the config lacks: one line naming the closest
-    match = re.match(r'--?config\.([A-Za-z_][\w.]*)', arg)
-    if match:
+    match = re.match(r'--?(config|slurm)\.([A-Za-z_][\w.]*)(?:=(.*))?', arg)
+    if match and match.group(1) in dicts:
+      holder, where = dicts[match.group(1)]
       try:
-        experiments.locate(base, match.group(1))
+        experiments.locate(holder, match.group(2))
       except ValueError as error:
-        _fail(f'--config.{match.group(1)}: {path} has no field '
+        _fail(f'--{match.group(1)}.{match.group(2)}: {where} has no field '
               f'{str(error).split("no field ", 1)[1]}')
+      overrides.append(match.groups())
   rest = [arg for i, arg in enumerate(argv) if not (
       re.fullmatch(r'--?config(=.*)?', arg) or (i > 0 and re.fullmatch(r'--?config', argv[i - 1])))]
   config_flags.DEFINE_config_dict('config', base, "The config file's get_config(); override a "
                                   'field with --config.NAME=VALUE.', lock_config=True,
                                   sys_argv=rest)
+  if sweep:
+    config_flags.DEFINE_config_dict('slurm', SLURM_CONFIG, "slurm: submitit's parameters, e.g. "
+                                    '--slurm.slurm_partition=debug --slurm.timeout_min=60 '
+                                    '--slurm.nodes=2.', sys_argv=rest)
   try:
     FLAGS(rest)
   except (flags.Error, KeyError, AttributeError, TypeError, ValueError) as error:
+    for flag, name, value in overrides:  # a value of another type than the field's default
+      if value is not None:
+        holder, key = experiments.locate(dicts[flag][0], name)
+        try:
+          FLAGS[f'{flag}.{name}'].parser.parse(value)
+        except (ValueError, TypeError):
+          _fail(f'--{flag}.{name}: expected {_kind(holder[key])} (the type of its value '
+                f'{holder[key]!r}), got {value!r}')
     _fail(' '.join(str(error).replace('\\n', ' ').split()))
   return module, experiment, FLAGS.config, path
 
@@ -128,7 +166,7 @@ def run_main() -> None:
                       'tensorboard/, checkpoint/, summary.json, timing.json, log.txt.')
   flags.DEFINE_bool('overwrite', False, 'Clear the run folder (checkpoint included) and start '
                     'afresh, instead of resuming or refusing a folder of another config.')
-  _, experiment, config, _ = _load(sys.argv, __doc__, sweep=False)
+  _, experiment, config, _ = _load(sys.argv, sweep=False)
   if not FLAGS.workdir:
     _fail('--workdir: expected the run folder')
   from absl import logging
@@ -183,10 +221,7 @@ def sweep_main() -> None:
                        '--processes).')
   flags.DEFINE_float('stall_minutes', 30.0, 'local: a job that reports no progress for this '
                      'long is named, and killed a minute later.')
-  config_flags.DEFINE_config_dict('slurm', ml_collections.ConfigDict(SLURM),
-                                  'slurm: submitit\'s parameters, e.g. --slurm.slurm_partition='
-                                  'debug --slurm.timeout_min=60 --slurm.nodes=2.')
-  module, experiment, config, path = _load(sys.argv, __doc__, sweep=True)
+  module, experiment, config, path = _load(sys.argv, sweep=True)
   if not FLAGS.workdir:
     _fail('--workdir: expected the sweep folder')
   from rnnjax.train import folder as run_folder

@@ -129,10 +129,16 @@ class Experiment:
       config[name] = copy.deepcopy(field.default)
     return override(config, values)
 
-  def help(self) -> str:
-    """The fields, their defaults and their help, one a line."""
-    return '\n'.join(f'  {name} = {field.default!r}' + (f'  # {field.help}' if field.help else '')
-                     for name, field in self.all_fields().items())
+  def help(self, config: ml_collections.ConfigDict | None = None) -> str:
+    """The fields, their values in ``config`` (None: the defaults) and their help, one a line;
+    a value that differs from the default names the default."""
+    lines = []
+    for name, field in self.all_fields().items():
+      value = field.default if config is None else config.get(name, field.default)
+      notes = [field.help] * bool(field.help) + [f'default {field.default!r}'] * (
+          value != field.default)
+      lines.append(f'  {name} = {value!r}' + (f'  # {"; ".join(notes)}' if notes else ''))
+    return '\n'.join(lines)
 
 
 def load(name: str) -> Experiment:
