@@ -190,6 +190,12 @@ def test_the_harness_page_sweeps_its_own_experiment_with_the_installed_command(t
           if line.startswith('| ') and 'finished' in line]
   assert len(rows) == 6
   assert len((sweep / 'results.csv').read_text().splitlines()) == 7
+  # its probe gives every run a gradient-norm profile, drawn as its plots say
+  import csv
+  with open(sweep / 'results.csv') as table:
+    first = [float(row['first_profile_k1']) for row in csv.DictReader(table)]
+  assert len(first) == 6 and all(0 < ratio < 10 for ratio in first)
+  assert (sweep / 'gradient_profile.png').stat().st_size > 10_000
 
 
 def test_plain_text_docstrings_become_the_rest_that_says_the_same():
