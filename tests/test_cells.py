@@ -79,8 +79,8 @@ def test_gru_update_gate_one_keeps_the_old_state(key):
 
 
 def test_params_of_another_cell_or_of_shapes_that_do_not_fit_are_named(key):
-  """helper-12: each of these failed deep inside with a TypeError, KeyError or a
-  broadcasting error."""
+  """Each is named by its argument up front, not left to fail deep inside with a TypeError,
+  KeyError or a broadcasting error."""
   params = cells.init_elman(key, 3, 4)
   h, x = jnp.zeros((2, 4)), jnp.zeros((2, 3))
   elman_shapes = r'params: expected W_xh \[d, H\], W_hh \[H, H\] and biases \[H\] of one H'

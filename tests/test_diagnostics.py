@@ -143,7 +143,7 @@ def test_profile_distances_must_fit():
 
 def test_nan_in_padding_reaches_no_profile_of_the_real_steps(key):
   """The probe's padding is zeroed before the recurrence: NaN inputs past a sequence's
-  length leave its profile as it is with finite padding (helper-12 saw [nan nan])."""
+  length leave its profile as it is with finite padding (not NaN)."""
   params = cells.init_elman(key, D, H, 'gaussian', radius=0.9)
   inputs = jax.random.normal(jax.random.fold_in(key, 1), (B, T, D))
   lengths = jnp.array([T, 5])

@@ -54,8 +54,8 @@ def test_init_elman_radius(init, key):
 
 @pytest.mark.parametrize('init', ['gaussian', 'orthogonal', 'identity'])
 def test_init_elman_takes_radii_as_arrays_and_under_vmap(init, key):
-  """One init per spectral radius of a sweep, vmapped (helper-13 met 'expected a finite
-  value >= 0, got VmapTracer(...)'); a concrete 0-d array is its number."""
+  """One init per spectral radius of a sweep, vmapped (a traced radius is not refused by
+  the check of a number); a concrete 0-d array is its number."""
   radii = jnp.array([0.5, 0.9, 1.5])
   stacked = jax.jit(jax.vmap(lambda r: cells.init_elman(key, 3, 16, init, radius=r)))(radii)
   assert [radius(w) for w in stacked['W_hh']] == pytest.approx([0.5, 0.9, 1.5], abs=1e-4)

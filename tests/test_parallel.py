@@ -204,7 +204,7 @@ def test_bad_input_is_named():
       (lambda: call(inputs, initial, tolerance=0.0),
        r'tolerance: expected a finite number > 0, got 0'),
       (lambda: call(inputs, initial, tolerance=-1e-6), r'tolerance: expected a finite number > 0'),
-      # tolerance inf 'converged' in 0 iterations on the untouched zero guess (helper-12)
+      # tolerance inf would 'converge' in 0 iterations on the untouched zero guess
       (lambda: call(inputs, initial, tolerance=float('inf')), r'tolerance: .* got inf'),
       (lambda: call(inputs, initial, tolerance=True), r'tolerance: .* got True'),
       (lambda: call(inputs, initial, max_iterations=0), r'max_iterations: expected an int in \[1, '),

@@ -412,7 +412,7 @@ def test_trainer_applies_the_fallback_update_of_a_non_finite_gradient():
 def test_omega_ignores_nan_in_padding_and_shows_nan_where_it_counts():
   """Padding is zeroed before Omega and its dE/dh_t (the "double where"): NaN past a
   length changes neither Omega nor its gradient; a NaN dE/dh_t of a real step makes
-  Omega NaN instead of dropping the pair (helper-12: 0.857 against 0.866)."""
+  Omega NaN instead of dropping the pair (which would give a finite, wrong Omega)."""
   key = jax.random.key(3)
   params = cells.init_elman(key, 3, 4, 'gaussian', radius=0.8)
   inputs = jax.random.normal(jax.random.fold_in(key, 1), (2, 6, 3))

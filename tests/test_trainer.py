@@ -266,8 +266,8 @@ def test_a_damaged_checkpoint_is_named_and_the_older_one_used(stream, tmp_path, 
 
 
 def test_tensorboard_events_hold_the_metrics(stream, tmp_path):
-  """Also where a start killed before its first checkpoint left events (helper-14: steps
-  shown twice): the run from step 0 hides them."""
+  """Also where a start killed before its first checkpoint left events (else TensorBoard
+  shows those steps twice): the run from step 0 hides them."""
   from tensorboard.backend.event_processing import event_accumulator
   run_config = config(steps=10, log_every=5, optimizer='adam', learning_rate=1e-2)
   (tmp_path / 'run_0').mkdir()
