@@ -196,7 +196,7 @@ def sweep(experiment: experiments.Experiment, configs: list[ConfigDict], overrid
     total = sum(weights[job['id']] * plans[group[0]].config.steps for job, group in
                 zip(jobs, groups))
     with tqdm.tqdm(total=total, initial=sum(weights[j] * done[j] for j in done), unit='work',
-                   file=sys.stdout,
+                   file=sys.stdout, disable=not jobs,
                    bar_format='{l_bar}{bar}| {percentage:3.0f}% [{elapsed}<{remaining}]') as bar:
       if isinstance(runner, executors.Local):
         runner.say = bar.write
