@@ -599,3 +599,44 @@ def test_points_plot_groups_runs_and_leaves_out_what_is_not_a_number(tmp_path, m
   drawn.clear()
   report._plot_points(rows[4:], 'iterations', 'exponent', 'method', 'hidden_size', tmp_path)
   assert drawn == []  # nothing to draw: no file
+
+
+def test_a_diverged_run_whose_report_fails_is_still_diverged(tmp_path, shared_data_dir):
+  """Adam at a rate of 1e30 leaves finite params whose logits overflow: the run stops as
+  diverged, and its report's sampling error is kept in its summary, not made a failure."""
+  from experiments.configs.char_lm import get_config
+  from rnnjax.train import harness
+  config = experiment.override(get_config(), dict(
+      hidden_size=16, steps=20, log_every=10, checkpoint_every=10, learning_rate=1e30,
+      sample_length=5))
+  [summary] = harness.run_group(char_lm.EXPERIMENT, [config], [tmp_path / 'run'])
+  assert summary['status'] == 'diverged' and summary['diverged_step'] == 2
+  assert 'logits at generated step 0 are not finite' in summary['report_error']
+  assert json.loads((tmp_path / 'run' / 'summary.json').read_text())['status'] == 'diverged'
+
+
+def test_the_last_events_of_a_job_written_at_once_end_it_at_once(tmp_path, monkeypatch):
+  """A worker whose 'taken' and 'ended' arrive in one read: the job ends when they come, not
+  after the stall watch names and kills the worker."""
+  fake = tmp_path / 'worker'
+  fake.write_text('#!/bin/sh\nread job\nprintf \'{"job": "0", "event": "taken"}\\n'
+                  '{"job": "0", "event": "ended"}\\n\'\nread more\n')
+  fake.chmod(0o755)
+  monkeypatch.setattr(sys, 'executable', str(fake))
+  local = executors.Local(processes=1, threads=1, job_folder=tmp_path / 'jobs',
+                          stall_seconds=2.0, grace_seconds=1.0)
+  said, ended = [], []
+  local.say = said.append
+  job = {'id': '0', 'result': str(tmp_path / 'jobs' / '0.result.json'),
+         'runs': [{'folder': str(tmp_path / 'run'), 'config': {}}]}
+  local.run([job], lambda job, result: ended.append(result))
+  assert said == [] and len(ended) == 1
+
+
+def test_launcher_flags_out_of_range_are_one_line_before_the_workdir(tmp_path):
+  config = write_config(tmp_path, radius=0.5)
+  for flag in ('--max_group_size=-3', '--processes=-1', '--threads_per_run=-2',
+               '--stall_minutes=0'):
+    code, _, errors = run_sweep(config, tmp_path / 'sweep', flag)
+    assert code == 1 and errors.startswith(f'error: flag {flag}: ') and errors.count('\n') == 1
+    assert not (tmp_path / 'sweep').exists()

@@ -215,12 +215,13 @@ def sweep_main() -> None:
                     'local: processes on this machine; slurm: an array job through submitit.')
   flags.DEFINE_bool('overwrite', False, 'Clear every run folder and train every run again.')
   flags.DEFINE_integer('max_group_size', 0, 'Most runs vmapped into one job (0: local: each '
-                       'group cut into --processes jobs; slurm: no limit; 1: every run alone).')
-  flags.DEFINE_integer('processes', 0, 'local: jobs at a time (0: one per core).')
+                       'group cut into --processes jobs; slurm: no limit; 1: every run alone).',
+                       lower_bound=0)
+  flags.DEFINE_integer('processes', 0, 'local: jobs at a time (0: one per core).', lower_bound=0)
   flags.DEFINE_integer('threads_per_run', 0, 'local: cores each job may use (0: the cores / '
-                       '--processes).')
+                       '--processes).', lower_bound=0)
   flags.DEFINE_float('stall_minutes', 30.0, 'local: a job that reports no progress for this '
-                     'long is named, and killed a minute later.')
+                     'long is named, and killed a minute later.', lower_bound=0.05)
   module, experiment, config, path = _load(sys.argv, sweep=True)
   if not FLAGS.workdir:
     _fail('--workdir: expected the sweep folder')

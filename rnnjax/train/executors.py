@@ -52,12 +52,14 @@ def read_result(job: dict, why: str) -> dict:
 
 
 def _header(job: dict, where: str) -> None:
-  """The job's first line in each of its runs' log.txt (the folders made here)."""
+  """The job's first line in each of its runs' log.txt (the folders made here); a full disk
+  loses the line, not the sweep (the job names the disk in its result)."""
   for run in job['runs']:
-    pathlib.Path(run['folder']).mkdir(parents=True, exist_ok=True)
-    run_folder.append_text(pathlib.Path(run['folder']) / run_folder.LOG,
-                           f'\n=== {time.strftime("%Y-%m-%d %H:%M:%S")} job {job["id"]}: '
-                           f'{len(job["runs"])} run(s) {where}\n')
+    with contextlib.suppress(OSError):
+      pathlib.Path(run['folder']).mkdir(parents=True, exist_ok=True)
+      run_folder.append_text(pathlib.Path(run['folder']) / run_folder.LOG,
+                             f'\n=== {time.strftime("%Y-%m-%d %H:%M:%S")} job {job["id"]}: '
+                             f'{len(job["runs"])} run(s) {where}\n')
 
 
 def _child_setup(cores: tuple[int, ...]) -> Callable[[], None]:
@@ -100,9 +102,11 @@ class Local:
     process = self.workers.get(cores)
     if process is None or process.poll() is not None:
       paths = [path or os.getcwd() for path in sys.path]
+      # bufsize=0: ``_follow`` reads each event line straight from the pipe, so that select()
+      # sees every line (a buffered read could hold the job's last event unseen)
       log = open(self.job_folder / f'worker-{cores[0]}.log', 'ab')
       process = subprocess.Popen(
-          [sys.executable, '-m', 'rnnjax.train.job'], stdin=subprocess.PIPE,
+          [sys.executable, '-m', 'rnnjax.train.job'], stdin=subprocess.PIPE, bufsize=0,
           stdout=subprocess.PIPE, stderr=log, preexec_fn=_child_setup(cores),
           env=dict(os.environ, PYTHONPATH=os.pathsep.join(paths)))
       log.close()

@@ -121,7 +121,12 @@ def run_group(experiment: experiments.Experiment, configs: Sequence[ConfigDict],
     seconds['task'] = task_seconds
     for i, run_params, record in zip(todo, params, records):
       begun = time.perf_counter()
-      report = task.report(configs[i], run_params) if task.report else {}
+      try:
+        report = task.report(configs[i], run_params) if task.report else {}
+      except ValueError as error:  # a diverged run is a result even where its report fails
+        if record['status'] != 'diverged':
+          raise
+        report = {'report_error': ' '.join(str(error).split())}
       summary = dict(record, **report)
       run_seconds = dict(seconds, report=time.perf_counter() - begun)
       run_seconds['total'] = sum(run_seconds.values())
