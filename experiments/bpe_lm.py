@@ -134,7 +134,8 @@ def word_task(config) -> trainer.Task:
     return dict(scores_summary(scores), vocab_size=len(vocabulary), **samples(
         run_config, model, params, prompt, lambda ids: ' '.join(vocabulary[int(i)] for i in ids)))
 
-  return tasks.truncated_bptt(model, *windows, init, report)
+  return tasks.truncated_bptt(model, *windows, init, report)._replace(
+      validate=tasks.streamed_validation(model, evaluation_ids['valid'], config.batch_size))
 
 
 def subword_task(config) -> trainer.Task:

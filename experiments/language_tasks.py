@@ -17,7 +17,8 @@ from rnnjax import evaluation
 from rnnjax.data import batching
 from rnnjax.train import trainer
 
-__all__ = ['batch_indices', 'init_language_model', 'truncated_bptt', 'padded_sequences']
+__all__ = ['batch_indices', 'init_language_model', 'streamed_validation', 'truncated_bptt',
+           'padded_sequences']
 
 
 def batch_indices(num_examples: int, batch_size: int, seed: int, step: int) -> np.ndarray:
@@ -51,6 +52,22 @@ def init_language_model(model, key):
   """Params of a ``models.LanguageModel`` (their shapes do not depend on B or T), made
   on a batch of no steps, so that no recurrence runs (nothing to compile per run)."""
   return model.init(key, jnp.zeros((1, 0), jnp.int32), model.initial_state(1))['params']
+
+
+def streamed_validation(model, ids: np.ndarray, streams: int):
+  """``validate(config, params) -> nats per token`` of ``ids`` (one held-out stream) cut into
+  ``streams`` parallel streams, each scored from a zero state (``evaluation.evaluate_streaming``):
+  the cheap score of a training run's validation checks (the report scores the whole stream).
+
+  Raises:
+    ValueError: for a stream shorter than 2 tokens a part.
+  """
+  length = len(ids) // streams
+  if length < 2:
+    raise ValueError(f'streams: expected at most {len(ids) // 2} for {len(ids)} held-out '
+                     f'tokens, got {streams}')
+  parts = np.asarray(ids[:streams * length]).reshape(streams, length)
+  return lambda config, params: evaluation.evaluate_streaming(model, params, parts)
 
 
 def _recurrent_weight(params):

@@ -140,7 +140,8 @@ def task(config) -> trainer.Task:
       summary[f'{name}_chars'] = len(ids)
     return summary
 
-  base = tasks.truncated_bptt(model, *windows, init, report)
+  base = tasks.truncated_bptt(model, *windows, init, report)._replace(
+      validate=tasks.streamed_validation(model, held_out['validation'], config.batch_size))
   return with_omega(model, base, float(config.omega_weight), config.omega_decay_steps)
 
 

@@ -122,6 +122,21 @@ def test_a_folder_of_other_files_is_never_cleared(tmp_path, overwrite):
   assert sorted(p.name for p in tmp_path.iterdir()) == ['results.md', 'spectral_radius=0.5']
 
 
+def test_a_field_the_experiment_gained_since_a_run_at_its_default_changes_nothing(tmp_path):
+  """A config.json written before a field existed plans as the same config (the run trained
+  with the field's default): ended, not trained again; the field at another value is a change."""
+  config = char_lm.EXPERIMENT.config()
+  older = {k: v for k, v in json.loads(config.to_json_best_effort()).items()  # as written
+           if k not in ('validate_every', 'plateau_decay')}  # before these fields existed
+  run_folder.write_json(tmp_path / run_folder.CONFIG, older)
+  run_folder.write_json(tmp_path / run_folder.SUMMARY, {'status': 'finished'})
+  run, = plan.plan(char_lm.EXPERIMENT, [config], [tmp_path])
+  assert (run.action, run.reason) == ('ended', 'finished')
+  changed = char_lm.EXPERIMENT.config(plateau_decay=0.5)
+  run, = plan.plan(char_lm.EXPERIMENT, [changed], [tmp_path], 'changed')
+  assert run.action == 'changed' and run.reason == 'plateau_decay (1.0 -> 0.5)'
+
+
 def test_a_finished_run_refuses_another_config_and_overwrites_on_request(tmp_path,
                                                                          shared_data_dir):
   arguments = CHAR_LM[:6] + ['--config.steps=20', '--config.log_every=10',

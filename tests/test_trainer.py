@@ -437,3 +437,62 @@ def test_every_report_of_a_group_is_followed_by_progress(tmp_path):
                     on_progress=lambda step: events.append(('progress', step)))
   assert events == [('progress', 1), ('progress', 2), ('report', 0), ('progress', 2),
                     ('report', 1), ('progress', 2), ('report', 2), ('progress', 2)]
+
+
+@pytest.mark.parametrize('loss, last, decaying, expected', [
+    (10.0, math.nan, False, (False, False)),  # the first check always improves
+    (9.0, 10.0, False, (False, False)),  # 10% better
+    (8.99, 9.0, False, (True, False)),  # 0.1% better: the decay begins
+    (8.0, 8.99, True, (True, False)),  # better again: the decay goes on
+    (7.999, 8.0, True, (True, True)),  # too little while decaying: converged
+    (math.inf, 8.0, False, (True, False)),  # a non-finite loss never improves
+])
+def test_plateau_is_mikolovs_rule(loss, last, decaying, expected):
+  assert trainer.plateau(loss, last, decaying, 0.003) == expected
+
+
+def test_validation_checks_halve_the_rate_on_a_plateau_then_end_the_run(tmp_path):
+  """Checks every 5 steps score 10, 9, 8.99, 8.0, 7.999: the rate halves from the third
+  check on (at 15, 20) and the fifth ends the run at step 25; each check's line gives the
+  rate the steps before it took."""
+  scores = [10.0, 9.0, 8.99, 8.0, 7.999, 5.0]
+  task = linear_task([1.0, 0.0])._replace(validate=lambda config, params: scores.pop(0))
+  run = config(steps=40, log_every=100, clipping='none', validate_every=5, plateau_decay=0.5,
+               plateau_threshold=0.003)
+  params, run_records, lines = train(task, [run], tmp_path)
+  checks = [(line['step'], line['validation_loss'], line['learning_rate'])
+            for line in lines[0] if 'validation_loss' in line]
+  assert checks == [(5, 10.0, 1.0), (10, 9.0, 1.0), (15, 8.99, 1.0), (20, 8.0, 0.5),
+                    (25, 7.999, 0.25)]
+  record = run_records[0]
+  assert (record['converged_step'], record['steps_done'], record['solved_step']) == (25, 25, None)
+  assert record['final_learning_rate'] == 0.25 and record['validation_loss'] == pytest.approx(
+      7.999)
+  # 15 steps at 1, 5 at 0.5, 5 at 0.25
+  np.testing.assert_allclose(params[0]['w'], [-18.75, 0.0], rtol=1e-6)
+
+
+def test_a_run_resumed_across_validation_checks_equals_an_uninterrupted_one(stream, tmp_path):
+  """The learning rate, the last validation loss and the decay live in the checkpoint."""
+  task = lm_task(stream)
+  model = models.LanguageModel(vocab_size=11, hidden_size=16, embedding_size=5)
+  held_out = np.asarray(stream[0])[:, 0].reshape(-1)[:400]  # a training stream: it improves
+  task = task._replace(validate=tasks.streamed_validation(model, held_out, 4))
+  run = config(steps=40, log_every=10, checkpoint_every=10, optimizer='sgd', learning_rate=0.5,
+               validate_every=4, plateau_decay=0.5, plateau_threshold=0.0)
+  whole, whole_records, _ = train(task, [run], tmp_path / 'whole')
+  calls = []
+  folder = tmp_path / 'cut' / 'run_0'
+  folder.mkdir(parents=True)
+  run_folder.write_json(folder / run_folder.CONFIG, run.to_dict())
+  with pytest.raises(trainer.Interrupted):
+    trainer.train(task, [run], [folder], stop_requested=lambda: calls.append(1) or len(calls) == 33)
+  assert checkpoints.saved_steps(folder) == [30, 33]
+  params, run_records, _ = trainer.train(task, [run], [folder])
+  for got, expected in zip(jax.tree_util.tree_leaves(params[0]),
+                           jax.tree_util.tree_leaves(whole[0])):
+    np.testing.assert_array_equal(got, expected)
+  assert run_records == whole_records
+  assert whole_records[0]['final_learning_rate'] == 0.0625  # halved at three checks
+  assert (folder / 'metrics.jsonl').read_bytes() == (
+      tmp_path / 'whole' / 'run_0' / 'metrics.jsonl').read_bytes()

@@ -88,6 +88,16 @@ TRAINER_FIELDS = {
                            'a NaN/Inf step: stop the run, or skip its update'),
     'layout': Field('auto', one_of(devices.LAYOUTS),
                     'over several devices: split the batch (data) or the runs'),
+    'validate_every': Field(0, integer(0), 'steps between validation checks (0: none; a task '
+                            'with a validation set)'),
+    'plateau_decay': Field(1.0, Check('a value in (0, 1]', lambda v: isinstance(v, (int, float))
+                                      and not isinstance(v, bool) and 0 < v <= 1),
+                           'the learning rate times this at each validation check from the '
+                           'first that improved by less than plateau_threshold; the next such '
+                           "check ends the run (Mikolov's RNNLM: 0.5; 1: off)"),
+    'plateau_threshold': Field(0.003, number(0.0),
+                               'relative improvement of the validation loss that counts '
+                               "(Mikolov's RNNLM: 0.003)"),
     'log_every': Field(100, integer(1), 'steps between metrics lines'),
     'checkpoint_every': Field(0, integer(0), 'steps between checkpoints (0: only at the end)'),
 }

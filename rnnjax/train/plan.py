@@ -51,6 +51,16 @@ def differing_keys(old: dict, new: dict) -> str:
   return shown + (' ...' if len(keys) > 8 else '')
 
 
+def _as_now(experiment: experiments.Experiment, saved: dict) -> dict:
+  """A saved config.json as the experiment reads it now: a field the experiment gained since
+  the run was saved, absent from the file, counts at its default (which is what the run
+  trained with); a file the experiment cannot read any more is returned as it is."""
+  try:
+    return experiments.as_dict(experiments.from_dict(experiment, saved))
+  except ValueError:
+    return saved
+
+
 def _plan_one(experiment: experiments.Experiment, config: ml_collections.ConfigDict,
               folder: pathlib.Path, overwrite: str) -> RunPlan:
   refused = lambda reason: RunPlan(folder, config, 'refused', reason)
@@ -82,6 +92,7 @@ def _plan_one(experiment: experiments.Experiment, config: ml_collections.ConfigD
       return RunPlan(folder, config, 'changed', 'overwrite')
   if saved is None:
     return RunPlan(folder, config, 'new')
+  saved = _as_now(experiment, saved)
   if saved != wanted:
     change = differing_keys(saved, wanted)
     if overwrite == 'none':

@@ -14,6 +14,11 @@ change no program (initial params, seed, learning rate, clip threshold) train as
 A step that is not finite is never applied (params are always the last finite ones); with
 ``on_divergence='skip'`` it counts as skipped and training goes on, with 'stop' the run stops
 there. A task with ``solved`` stops a run once solved (checked every ``solved_every`` steps).
+A task with ``validate`` is scored on held-out data every ``validate_every`` steps, and with
+``plateau_decay`` < 1 the learning rate follows the validation loss as Mikolov's RNNLM
+toolkit does (``plateau``): once a check improves on the last by less than the relative
+``plateau_threshold`` the rate is multiplied by ``plateau_decay`` at every check, and the next
+check that improves by less ends the run (converged).
 ``task.batch(t)`` is a function of t alone and the carry and key are checkpointed, so a run
 killed at any moment and rerun gives the same params, metrics and summary, bit for bit.
 
@@ -57,6 +62,7 @@ class Task(NamedTuple):
   artifacts: dict = {}  # file name -> bytes the run folder keeps (e.g. a tokenizer's model)
   solved: Callable | None = None  # solved(config, params) -> bool: the run stops, solved
   solved_every: int = 0  # steps between the checks of ``solved``
+  validate: Callable | None = None  # validate(config, params) -> held-out loss (nats), host
 
 
 # The metrics, as data: name -> (the step's quantity, its reduction over the steps of a
@@ -81,6 +87,9 @@ class TrainState(NamedTuple):
   stopped: jax.Array  # <int32>[R]: the step a run stopped at (diverged or solved), 0: going on
   diverged: jax.Array  # <bool>[R]: whether it stopped by a non-finite step
   flossing_weight: jax.Array  # <float32>[R]: each run's config.flossing_weight
+  validation: jax.Array  # <float32>[R]: the last validation loss (nats; NaN before the first)
+  decaying: jax.Array  # <bool>[R]: the plateau rule has begun to decay the learning rate
+  converged: jax.Array  # <bool>[R]: stopped by the plateau rule
   interval: Metrics  # LOGGED accumulators since the last logged step
   totals: Metrics  # TOTALS accumulators of the whole run
 
@@ -159,7 +168,8 @@ def initial_state(task: Task, configs: Sequence[ConfigDict]) -> TrainState:
       _stack(params), _stack(opt_states), carry, jnp.stack(keys), jnp.zeros([], jnp.int32),
       jnp.zeros((runs,), jnp.int32), jnp.zeros((runs,), bool),
       jnp.array([c.flossing_weight for c in configs], jnp.float32),
-      _zeros(LOGGED, runs), _zeros(TOTALS, runs))
+      jnp.full((runs,), jnp.nan, jnp.float32), jnp.zeros((runs,), bool),
+      jnp.zeros((runs,), bool), _zeros(LOGGED, runs), _zeros(TOTALS, runs))
 
 
 class Programs:
@@ -287,6 +297,25 @@ def host_spectral_radii(weights: np.ndarray) -> np.ndarray:
   return np.array([initializers.host_spectral_radius(w) for w in weights], np.float32)
 
 
+def plateau(loss: float, last: float, decaying: bool, threshold: float
+            ) -> tuple[bool, bool]:
+  """Mikolov's learning-rate rule at one validation check: ``(decaying, converged)`` after a
+  check whose validation loss is ``loss`` where the last was ``last`` (NaN: none yet).
+
+  A check improves enough when loss (1 + threshold) < last (the first always does; a loss
+  that is not finite never does). The first that does not starts the decay (the rate times
+  the decay at this check and every later one); the next that does not ends the run.
+
+  References:
+    Mikolov (2012), "Statistical language models based on neural networks", PhD thesis,
+    section 3.3 (the RNNLM toolkit's min_improvement, 1.003, and alpha_divide).
+  """
+  enough = math.isnan(last) or (math.isfinite(loss) and loss * (1.0 + threshold) < last)
+  if enough:
+    return decaying, False
+  return True, decaying
+
+
 def _profile(values: np.ndarray) -> dict[str, float]:
   return {str(k): float(v) for k, v in zip(diagnostics.PROFILE_DISTANCES, values)
           if not math.isnan(v)}
@@ -376,9 +405,11 @@ def train(task: Task, configs: Sequence[ConfigDict], folders: Sequence[pathlib.P
       checkpoints.save(store, step, _run(host, i))
     charge('checkpoint')
 
-  def log(state: TrainState, step: int, measured: tuple) -> TrainState:
+  def log(state: TrainState, step: int, measured: tuple, validation: dict[int, float]
+          ) -> TrainState:
     radius, profile, exponent = measured
-    stopped, interval = devices.to_host((state.stopped, state.interval))
+    stopped, interval, rate = devices.to_host((state.stopped, state.interval,
+                                               state.opt_state.hyperparams['learning_rate']))
     for i in range(runs):
       if stopped[i]:  # stopped in this interval or before: no more lines
         continue
@@ -388,6 +419,8 @@ def train(task: Task, configs: Sequence[ConfigDict], folders: Sequence[pathlib.P
               'measured_spectral_radius': float(radius[i]), 'profile': _profile(profile[i])}
       if not math.isnan(exponent[i]):
         line['largest_lyapunov_exponent'] = float(exponent[i])
+      if i in validation:  # the rate the steps up to this one took
+        line.update(validation_loss=validation[i], learning_rate=float(rate[i]))
       lines[i].append(line)
       if writer:
         records.append_metrics(paths[i], line)
@@ -407,6 +440,37 @@ def train(task: Task, configs: Sequence[ConfigDict], folders: Sequence[pathlib.P
       logging.info('%ssolved at step %d', f'run {i}: ' if runs > 1 else '', step)
     return state._replace(stopped=devices.put_like(stopped, state.stopped)) if newly else state
 
+  def validate(state: TrainState) -> dict[int, float]:
+    """The validation loss of each run still going, by its index."""
+    stopped = devices.to_host(state.stopped)
+    params = unstack(devices.to_host(state.params), runs)
+    return {i: float(task.validate(configs[i], params[i])) for i in range(runs)
+            if not stopped[i]}
+
+  def follow_plateau(state: TrainState, step: int, validation: dict[int, float]) -> TrainState:
+    """``plateau`` for each run validated: its learning rate, decay and stop."""
+    hyper = dict(state.opt_state.hyperparams)
+    last, decaying, converged, stopped, rate = (np.array(a) for a in devices.to_host((
+        state.validation, state.decaying, state.converged, state.stopped,
+        hyper['learning_rate'])))
+    for i, loss in validation.items():
+      if configs[i].plateau_decay < 1:
+        decaying[i], converged[i] = plateau(loss, float(last[i]), bool(decaying[i]),
+                                            configs[i].plateau_threshold)
+        if converged[i]:
+          stopped[i] = step
+          logging.info('%sconverged at step %d', f'run {i}: ' if runs > 1 else '', step)
+        elif decaying[i]:
+          rate[i] *= np.float32(configs[i].plateau_decay)
+      last[i] = loss
+    hyper['learning_rate'] = devices.put_like(rate, state.opt_state.hyperparams['learning_rate'])
+    return state._replace(
+        opt_state=state.opt_state._replace(hyperparams=hyper),
+        validation=devices.put_like(last, state.validation),
+        decaying=devices.put_like(decaying, state.decaying),
+        converged=devices.put_like(converged, state.converged),
+        stopped=devices.put_like(stopped, state.stopped))
+
   def measure(state: TrainState, batch: Any) -> tuple:
     weights, profile, exponent = devices.to_host(
         programs.compiled('measure', state, batch)(state, batch))
@@ -418,8 +482,10 @@ def train(task: Task, configs: Sequence[ConfigDict], folders: Sequence[pathlib.P
   while step < first.steps and not all_stopped:
     step += 1
     batch = devices.place_batch(where, task.batch(step))
-    logged = step == 1 or step % first.log_every == 0 or step == first.steps
     checked = bool(task.solved and task.solved_every and step % task.solved_every == 0)
+    validated = bool(task.validate and first.validate_every and
+                     step % first.validate_every == 0)
+    logged = (step == 1 or step % first.log_every == 0 or step == first.steps or validated)
     charge('train_steps')
     step_executable = programs.compiled('step', state, batch)
     if logged:
@@ -435,8 +501,10 @@ def train(task: Task, configs: Sequence[ConfigDict], folders: Sequence[pathlib.P
       jax.block_until_ready(state)
     if logged or checked:
       charge('train_steps')
-      state = log(state, step, measured) if logged else state
+      validation = validate(state) if validated else {}
+      state = log(state, step, measured, validation) if logged else state
       state = check_solved(state, step) if checked else state
+      state = follow_plateau(state, step, validation) if validated else state
       all_stopped = bool(np.all(devices.to_host(state.stopped)))
       charge('metrics')
     if step == first.steps or all_stopped or (first.checkpoint_every and
@@ -464,12 +532,18 @@ def train(task: Task, configs: Sequence[ConfigDict], folders: Sequence[pathlib.P
   for i in range(runs):
     totals, stopped_at, diverged = _reduced(host.totals, TOTALS, i), int(host.stopped[i]), bool(
         host.diverged[i])
+    converged = bool(host.converged[i])
     start, last = (lines[i][0], lines[i][-1]) if lines[i] else ({}, {})
+    validated = {'converged_step': stopped_at if converged else None,
+                 'validation_loss': float(host.validation[i]),
+                 'final_learning_rate': float(host.opt_state.hyperparams['learning_rate'][i])
+                 } if first.validate_every and task.validate else {}
     out.append({
         'status': 'diverged' if diverged else 'finished',
         'steps_done': int(totals['steps_done']),
         'diverged_step': stopped_at if diverged else None,
-        'solved_step': stopped_at if stopped_at and not diverged else None,
+        'solved_step': stopped_at if stopped_at and not (diverged or converged) else None,
+        **validated,
         'skipped_steps': int(totals['skipped_steps']),
         'clipped_fraction': (0.0 if math.isnan(totals['clipped_fraction'])
                              else totals['clipped_fraction']),
