@@ -3,11 +3,11 @@
   python -m launch.sweep --config=experiments/configs/ptb_chars_learning_rate.py \
       --workdir=results/ptb_chars_learning_rate
 
-MSGD (SGD without clipping or Omega) at 512 tanh units, as experiments/configs/ptb_chars.py
+MSGD (SGD without clipping or Omega) at 256 tanh units, as experiments/configs/ptb_chars.py
 trains it, for one epoch (3,135 updates of 32 streams x 50 characters) at each learning rate of
 ``RATES``: 5 runs of one vmapped program. The rate of MSGD's runs in ptb_chars.py is the one
 with the lowest validation bits per character here (the rule, fixed before the grid ran).
-Budget: about 15 CPU minutes.
+Budget: about 5 CPU minutes.
 """
 
 from experiments import ptb_chars
