@@ -1,30 +1,31 @@
-"""Where parallel-in-time evaluation of the Elman recurrence converges, and how fast it is.
+"""Where parallel-in-time evaluation of the Elman recurrence converges, and how fast, against T.
 
 A measurement (no training: ``steps`` 0). ``parallel.elman_deer`` solves all T
 steps of h_t = tanh(x_t W_xh + h_{t-1} W_hh + b) at once by Newton's method
 (DEER: full [H, H] Jacobians, O(T H^3) work an iteration), its diagonal
 approximation (quasi-DEER), or either damped (ELK, quasi-ELK: a trust region solved
 by a Kalman smoother), each iteration a parallel prefix scan. Gonzalez et al. (2025)
-tie the iterations needed to the largest Lyapunov exponent of the recurrence: few
-where it is negative (contractive), up to T where it is positive (chaotic). Each run is one method and one
-cell: an Elman network at initialization (Gaussian W_hh at ``spectral_radius``,
-``cells.init_elman``; H = ``hidden_size``) or the cell of a trained char_lm run
-(``trained_run``), on ``sequences`` sequences of T = ``length`` steps from h_0 = 0
-and the zero initial guess. Inputs: 'text' (Tiny Shakespeare's held-out 10%
-looked up in an embedding table drawn as char_lm's model draws it at
-initialization: a weakly driven network) or 'normal' (x_t ~ N(0, I_d)); a
+tie the iterations needed to the largest Lyapunov exponent lambda_1 of the recurrence:
+flat in T where it is negative (predictable), growing like T where it is positive. Each
+run is one method and one cell: an Elman network at initialization (Gaussian W_hh at
+``spectral_radius``, ``cells.init_elman``; H = ``hidden_size``; in ``dtype``) or the cell
+of a trained char_lm or ptb_chars run (``trained_run``), on ``sequences`` sequences from
+h_0 = 0 and the zero initial guess. Inputs: 'text' (Tiny Shakespeare's held-out 10%, the
+streams ``seed`` x B ... of it, looked up in an embedding table drawn as char_lm's model
+draws it at initialization: a weakly driven network) or 'normal' (x_t ~ N(0, I_d)); a
 trained network reads its own run's held-out text through its own embedding.
 
-The report: the lower median over the sequences of the Newton iterations to
-``elman_deer``'s residual test (inf where the median sequence did not converge
-by the cap: min(T, max_iterations), and for DEER also deer_work / (B T H^3); a
-cap below 3 skips DEER), how many converged and how many overflowed float32,
-the wall time of the solver and of the sequential ``fused.elman_layer``
-(compiled first; a run under 1 s is the fastest of 3), their ratio, the largest
-deviation from the sequential states, the per-step growth rate of the Jacobian
-products dh_t/dh_{t-n} (``diagnostics.jacobian_product_norms``: below 1 contractive,
-above 1 expanding) and the largest Lyapunov exponent (``lyapunov.lyapunov_spectrum``,
-the median over the sequences after a transient of T/4 steps; nats per step).
+The run solves the first T steps for each T of ``lengths``, shortest first; a length at
+which the method does not converge (within its cap: min(T, ``max_iterations``) for DEER
+and quasi-DEER, min(2 T, ``damped_max_iterations``) for ELK and quasi-ELK, and for the
+full-Jacobian methods at most ``deer_work`` / (B T H^3)) ends the run's solves, the longer
+ones counted as not converged (the states of a longer sequence are no better determined).
+The report: per T the lower median over the sequences of the Newton iterations to
+``elman_deer``'s certificate (inf: not converged) and the solver's own wall time (compiled
+first; under 1 s the fastest of 3); ``slope``, the least-squares slope of log iterations
+against log T over the converged lengths (NaN for fewer than 3); ``largest_lyapunov_exponent``
+(``lyapunov.lyapunov_spectrum``, nats per step, the median over the sequences) over
+``lyapunov_steps`` steps after a transient of ``lyapunov_transient``.
 
 References:
   Gonzalez, Kozachkov, Warrington, Smith & Linderman (2025), "Predictability
@@ -41,8 +42,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from rnnjax import cells
-from rnnjax import diagnostics
-from rnnjax import fused
 from rnnjax import initializers
 from rnnjax import lyapunov
 from rnnjax import parallel
@@ -55,49 +54,85 @@ from rnnjax.train import trainer
 CORPUS, VALIDATION_FRACTION = 'tinyshakespeare', 0.1  # char_lm's held-out text
 SMALLEST_DEER_CAP = 3
 REPEAT_BELOW_SECONDS = 1.0
+SLOPE_POINTS = 3  # converged lengths a slope needs
+REPORTED_LENGTHS = tuple(2 ** k for k in range(4, 13))  # T = 16 ... 4,096: report columns
 
 
-def cap(config, hidden: int) -> int | None:
-  """The iteration cap of a run (module docstring), or None where a full-Jacobian method
-  (DEER, ELK) is skipped."""
-  limit = min(config.length, config.max_iterations)
+def cap(config, hidden: int, steps: int) -> int | None:
+  """The iteration cap of a solve of T = ``steps`` (module docstring), or None where a
+  full-Jacobian method (DEER, ELK) is skipped."""
+  if config.method in parallel.DAMPED_METHODS:
+    limit = min(2 * steps, config.damped_max_iterations)
+  else:
+    limit = min(steps, config.max_iterations)
   if config.method not in ('deer', 'elk'):
     return limit
-  limit = min(limit, int(config.deer_work // (config.sequences * config.length * hidden ** 3)))
-  return limit if limit >= min(SMALLEST_DEER_CAP, config.length) else None
+  limit = min(limit, int(config.deer_work // (config.sequences * steps * hidden ** 3)))
+  return limit if limit >= min(SMALLEST_DEER_CAP, steps) else None
 
 
-def held_out_ids(corpus: str, data_dir: str, fraction: float, batch: int, steps: int):
-  """``(<int32>[B, T] held-out ids, vocabulary)``: the first T characters of B streams of
-  a corpus's validation split (``text.stream_windows``, window 0)."""
+def held_out_ids(corpus: str, data_dir: str, fraction: float, batch: int, steps: int,
+                 first: int = 0):
+  """``(<int32>[B, T] held-out ids, vocabulary)``: streams ``first`` ... ``first + B - 1``
+  of a corpus's validation split cut into consecutive streams of T characters.
+
+  Raises:
+    ValueError: naming ``config.seed`` where the split holds fewer streams.
+  """
   whole = corpora.read_text(corpus, data_dir or None)
   vocabulary = text.char_vocabulary(whole)
   _, held_out = text.split_train_validation(text.encode(whole, vocabulary), fraction)
-  inputs, _ = text.stream_windows(held_out, batch, steps)
-  return inputs[0], vocabulary
+  streams = len(held_out) // steps
+  if first + batch > streams:
+    raise ValueError(f'config.seed: expected at most {streams // batch - 1} (the held-out text '
+                     f'holds {streams} streams of {steps} characters, {batch} a seed), got '
+                     f'{first // batch}')
+  ids = np.asarray(held_out[:streams * steps]).reshape(streams, steps)[first:first + batch]
+  return ids, vocabulary
+
+
+def steps_needed(config) -> int:
+  """The steps of a run's input sequences: its longest T, and the Lyapunov exponent's."""
+  return max(max(config.lengths), config.lyapunov_transient + config.lyapunov_steps)
 
 
 def problem(config):
-  """``(cell params, <float32>[B, T, d] inputs, activation)`` of a run."""
-  batch, steps = config.sequences, config.length
+  """``(cell params, <dtype>[B, T, d] inputs, activation)`` of a run, T = ``steps_needed``;
+  call under ``jax.enable_x64`` for float64."""
+  batch, steps = config.sequences, steps_needed(config)
+  dtype = jnp.dtype(config.dtype)
   key_inputs, key_params = jax.random.split(jax.random.key(config.seed))
+  cast = lambda tree: jax.tree_util.tree_map(lambda x: jnp.asarray(x, dtype), tree)
   if config.trained_run:
     run_config, params = checkpoints.final_params(config.trained_run)
-    cell = jax.tree_util.tree_map(jnp.asarray, params['recurrence']['cell'])
-    ids, vocabulary = held_out_ids(run_config['corpus'], run_config.get('data_dir', ''),
-                                   run_config['validation_fraction'], batch, steps)
-    table = (jnp.asarray(params['embedding']['embedding']) if run_config['embedding_size']
-             else jnp.eye(len(vocabulary), dtype=jnp.float32))
-    return cell, table[jnp.asarray(ids)], run_config['activation']
-  cell = cells.init_elman(jax.random.fold_in(key_params, config.hidden_size), config.input_size,
-                          config.hidden_size, 'gaussian', radius=config.spectral_radius)
+    cell = cast(params['recurrence']['cell'])
+    corpus = run_config.get('corpus', 'ptb')
+    if corpus == 'ptb':  # ptb_chars: its validation split as characters, one-hot
+      from experiments import ptb_chars
+      train, valid = (ptb_chars.read_chars(name, run_config.get('data_dir', ''))
+                      for name in ptb_chars.SPLITS[:2])
+      vocabulary = text.char_vocabulary(train)
+      streams = np.asarray(text.encode(valid, vocabulary))
+      count = len(streams) // steps
+      ids = streams[:count * steps].reshape(count, steps)[config.seed * batch:][:batch]
+    else:
+      ids, vocabulary = held_out_ids(corpus, run_config.get('data_dir', ''),
+                                     run_config['validation_fraction'], batch, steps,
+                                     config.seed * batch)
+    table = (jnp.asarray(params['embedding']['embedding'], dtype)
+             if run_config.get('embedding_size') else jnp.eye(len(vocabulary), dtype=dtype))
+    return cell, table[jnp.asarray(ids)], run_config.get('activation', 'tanh')
+  cell = cast(cells.init_elman(jax.random.fold_in(key_params, config.hidden_size),
+                               config.input_size, config.hidden_size, 'gaussian',
+                               radius=config.spectral_radius))
   if config.inputs == 'normal':
-    return cell, jax.random.normal(key_inputs, (batch, steps, config.input_size)), 'tanh'
-  ids, vocabulary = held_out_ids(CORPUS, config.data_dir, VALIDATION_FRACTION, batch, steps)
+    return cell, jax.random.normal(key_inputs, (batch, steps, config.input_size), dtype), 'tanh'
+  ids, vocabulary = held_out_ids(CORPUS, config.data_dir, VALIDATION_FRACTION, batch, steps,
+                                 config.seed * batch)
   import flax.linen as nn  # the default of nn.Embed, as models.LanguageModel draws it
   table = nn.initializers.variance_scaling(1.0, 'fan_in', 'normal', out_axis=0)(
       key_inputs, (len(vocabulary), config.input_size), jnp.float32)
-  return cell, table[jnp.asarray(ids)], 'tanh'
+  return cell, jnp.asarray(table, dtype)[jnp.asarray(ids)], 'tanh'
 
 
 def timed(executable, *args):
@@ -112,65 +147,95 @@ def timed(executable, *args):
   return outputs, best
 
 
-def growth(states, w_hh, activation: str, longest: int) -> float:
-  """Median over sequences of ||dh_t/dh_{t-n}||^(1/n) at the last step and the longest
-  n <= ``longest`` (and <= T - 1) whose norm is within float32's range."""
-  longest = min(longest, states.shape[1] - 1)
-  distances = tuple(sorted({2 ** i for i in range(int(math.log2(longest)) + 1)} | {longest}))
-  norms, _ = jax.jit(diagnostics.jacobian_product_norms, static_argnums=(2, 3))(
-      states[:, -(longest + 1):], w_hh, distances, activation)
-  rates = np.asarray(diagnostics.growth_rate(norms, distances), np.float64)
-  norms = np.asarray(norms, np.float64)
-  usable = np.isfinite(norms) & (norms > 1e-30) & (norms < 1e30)
-  return float(np.median([row[np.flatnonzero(ok)[-1]] if ok.any() else math.nan
-                          for row, ok in zip(rates, usable)]))
+def slope(lengths, iterations) -> float:
+  """The least-squares slope of log iterations against log T over the finite counts
+  (NaN for fewer than ``SLOPE_POINTS``; a count of 0 counts as 1)."""
+  points = [(math.log(t), math.log(max(n, 1))) for t, n in zip(lengths, iterations)
+            if math.isfinite(n)]
+  if len(points) < SLOPE_POINTS:
+    return math.nan
+  return float(np.polyfit(*zip(*points), 1)[0])
 
 
-def measure(config) -> dict:
-  """One run's report (the module docstring)."""
-  params, inputs, activation = problem(config)
-  batch, hidden = inputs.shape[0], params['W_hh'].shape[0]
-  initial = jnp.zeros((batch, hidden), jnp.float32)
-  sequential = jax.jit(lambda p, x, h: fused.elman_layer(p, x, h, activation=activation)).lower(
-      params, inputs, initial).compile()
-  jax.block_until_ready(sequential(params, inputs, initial))
-  (states, _), fused_seconds = timed(sequential, params, inputs, initial)
-  exponents = jax.jit(lambda p, x, h: lyapunov.lyapunov_spectrum(
-      cells.elman(activation), p, x, h, 1, transient=x.shape[1] // 4))(params, inputs, initial)
-  report = {'measured_spectral_radius': float(initializers.spectral_radius(params['W_hh'])),
-            'growth': growth(states, params['W_hh'], activation, config.growth_distance),
-            'largest_lyapunov_exponent': float(np.median(np.asarray(exponents)[:, 0])),
-            'fused_seconds': fused_seconds}
-  limit = cap(config, hidden)
-  if limit is None:
-    return dict(report, skipped=True)
-  damping = (config.damping or None) if config.method in parallel.DAMPED_METHODS else None
-  solve = jax.jit(lambda p, x, h: parallel.elman_deer(
-      p, x, h, activation=activation, method=config.method, tolerance=config.tolerance,
-      max_iterations=limit, damping=damping)).lower(params, inputs, initial).compile()
-  (solved, _, info), seconds = timed(solve, params, inputs, initial)
-  converged = np.asarray(info['converged'])
-  iterations = np.where(converged, np.asarray(info['iterations']), np.inf)
-  deviation = np.abs(np.asarray(solved) - np.asarray(states)).max(axis=(1, 2))
-  median = float(np.sort(iterations)[(len(iterations) - 1) // 2])  # one sequence's count
-  return dict(report, skipped=False, cap=limit, iterations=median,
-              converged=int(converged.sum()),
-              overflowed=int((~np.isfinite(np.asarray(info['residual']))).sum()),
-              seconds=seconds, seconds_over_fused=seconds / fused_seconds,
-              max_deviation=float(deviation[converged].max()) if converged.any() else math.nan)
+def compiled(programs: dict, key: tuple, function, *args):
+  """The executable of ``function`` for ``args``, compiled once per ``key`` (the settings
+  it closes over) and the arguments' shapes and dtypes, kept in ``programs``."""
+  key = (*key, *((np.shape(a), str(a.dtype)) for a in jax.tree_util.tree_leaves(args)))
+  if key not in programs:
+    programs[key] = jax.jit(function).lower(*args).compile()
+  return programs[key]
+
+
+def measure(config, programs: dict | None = None) -> dict:
+  """One run's report (the module docstring); ``programs`` keeps the compiled solvers of
+  the runs a process measures."""
+  programs = {} if programs is None else programs
+  with jax.enable_x64(config.dtype == 'float64'):
+    params, inputs, activation = problem(config)
+    batch, hidden = inputs.shape[0], params['W_hh'].shape[0]
+    initial = jnp.zeros((batch, hidden), inputs.dtype)
+    window = inputs[:, :config.lyapunov_transient + config.lyapunov_steps]
+    exponents = compiled(programs, ('lyapunov', activation, config.lyapunov_transient),
+                         lambda p, x, h: lyapunov.lyapunov_spectrum(
+                             cells.elman(activation), p, x, h, 1,
+                             transient=config.lyapunov_transient), params, window, initial)(
+                                 params, window, initial)
+    report = {'measured_spectral_radius': float(initializers.host_spectral_radius(
+                  np.asarray(params['W_hh'], np.float64))),
+              'largest_lyapunov_exponent': float(np.median(np.asarray(exponents)[:, 0]))}
+    damping = (config.damping or None) if config.method in parallel.DAMPED_METHODS else None
+    iterations, total, failed = [], 0.0, False
+    for steps in config.lengths:
+      limit = cap(config, hidden, steps)
+      if failed or limit is None:
+        failed = True
+        report[f'iterations_T{steps}'] = math.inf
+        iterations.append(math.inf)
+        continue
+      prefix = inputs[:, :steps]
+      executable = compiled(
+          programs, ('solve', activation, config.method, config.tolerance, limit, damping),
+          lambda p, x, h, limit=limit: parallel.elman_deer(
+              p, x, h, activation=activation, method=config.method, tolerance=config.tolerance,
+              max_iterations=limit, damping=damping), params, prefix, initial)
+      (_, _, info), seconds = timed(executable, params, prefix, initial)
+      counts = np.where(np.asarray(info['converged']), np.asarray(info['iterations']), np.inf)
+      median = float(np.sort(counts)[(batch - 1) // 2])  # one sequence's count
+      failed = not math.isfinite(median)
+      report[f'iterations_T{steps}'] = median
+      report[f'solver_seconds_T{steps}'] = seconds
+      iterations.append(median)
+      total += seconds
+  converged = [t for t, n in zip(config.lengths, iterations) if math.isfinite(n)]
+  return dict(report, slope=slope(config.lengths, iterations), solver_seconds=total,
+              longest_converged=max(converged) if converged else 0)
+
+
+def check(config) -> None:
+  """Raises ValueError naming ``config.trained_run`` for a folder that holds no ended run
+  (each run's own check, before any folder is touched: a sweep measures the others)."""
+  if config.trained_run:
+    try:
+      checkpoints.final_params(config.trained_run)
+    except (OSError, checkpoints.CheckpointError) as error:
+      raise ValueError(f'config.trained_run: {error}') from None
 
 
 def task(config) -> trainer.Task:
   """The measurement as a task that trains nothing: its report is the measurement."""
-  if config.trained_run:  # a wrong folder fails before any run folder is touched
-    checkpoints.final_params(config.trained_run)
+  programs: dict = {}  # the compiled solvers, shared by the runs of this process's group
   return trainer.Task(init=lambda config, key: {}, loss=None, batch=lambda step: {},
-                      report=lambda run_config, params: measure(run_config))
+                      report=lambda run_config, params: measure(run_config, programs))
+
+
+def _lengths(value) -> bool:
+  return (isinstance(value, tuple) and len(value) >= 1 and list(value) == sorted(set(value))
+          and all(isinstance(t, int) and not isinstance(t, bool) and t >= 2 for t in value))
 
 
 Field = experiment.Field
 EXPERIMENT = experiment.Experiment(
-    name=__name__, task=task,
+    name=__name__, task=task, check=check,
     fields={
         'steps': Field(0, experiment.integer(0), 'a measurement: nothing is trained'),
         'method': Field('deer', experiment.one_of(parallel.METHODS),
@@ -179,24 +244,31 @@ EXPERIMENT = experiment.Experiment(
                          'lambda (0: parallel.DEFAULT_DAMPING)'),
         'spectral_radius': Field(1.0, experiment.number(0.0), 'of W_hh at initialization'),
         'hidden_size': Field(16, experiment.integer(1), 'H'),
-        'length': Field(64, experiment.integer(2), 'T, steps of each sequence'),
+        'dtype': Field('float32', experiment.one_of(('float32', 'float64')),
+                       "the cell's and the inputs' (float64: with jax's x64 on for the run)"),
+        'lengths': Field((64,), experiment.Check('increasing ints >= 2', _lengths),
+                         'T: the first T steps are solved for each, shortest first'),
         'sequences': Field(3, experiment.integer(1), 'B, whose median is reported'),
         'input_size': Field(64, experiment.integer(1), "d (char_lm's embedding size)"),
         'inputs': Field('text', experiment.one_of(('text', 'normal')),
                         "text: held-out Tiny Shakespeare through a fresh embedding | normal"),
         'data_dir': Field('', None, 'empty: $RNNJAX_DATA_DIR, else ./data'),
-        'trained_run': Field('', None, "an ended char_lm run's folder ('': a fresh network)"),
+        'trained_run': Field('', None, "an ended char_lm or ptb_chars run's folder ('': a "
+                             'fresh network)'),
         'tolerance': Field(1e-5, experiment.number(0.0, strict=True), "elman_deer's"),
-        'max_iterations': Field(1024, experiment.integer(1)),
+        'max_iterations': Field(1024, experiment.integer(1), 'deer, quasi: the cap'),
+        'damped_max_iterations': Field(1024, experiment.integer(1), 'elk, quasi_elk: the cap'),
         'deer_work': Field(6.4e10, experiment.number(0.0, strict=True),
-                           'the multiply-adds a DEER run may spend'),
-        'growth_distance': Field(64, experiment.integer(1),
-                                 'the longest n of dh_t/dh_{t-n} in the growth rate'),
+                           'the multiply-adds a solve of DEER or ELK may spend'),
+        'lyapunov_transient': Field(16, experiment.integer(0),
+                                    'steps before the Lyapunov exponent is counted'),
+        'lyapunov_steps': Field(48, experiment.integer(1),
+                                'steps the Lyapunov exponent is counted over'),
     },
-    report=('iterations', 'converged', 'overflowed', 'cap', 'seconds', 'fused_seconds',
-            'seconds_over_fused', 'max_deviation', 'growth', 'largest_lyapunov_exponent',
-            'measured_spectral_radius'),
-    plots=(('points', 'iterations', 'largest_lyapunov_exponent', 'method', 'hidden_size'),),
-    vmappable=('seed', 'method', 'damping', 'spectral_radius', 'hidden_size', 'length', 'sequences',
-               'input_size', 'inputs', 'trained_run', 'tolerance', 'max_iterations',
-               'deer_work', 'growth_distance'))
+    report=('largest_lyapunov_exponent', 'slope', 'longest_converged', 'solver_seconds',
+            'measured_spectral_radius', *(f'iterations_T{t}' for t in REPORTED_LENGTHS)),
+    plots=(('points', 'slope', 'largest_lyapunov_exponent', 'method', 'hidden_size'),),
+    vmappable=('seed', 'method', 'damping', 'spectral_radius', 'hidden_size', 'dtype',
+               'lengths', 'sequences', 'input_size', 'inputs', 'trained_run', 'tolerance',
+               'max_iterations', 'damped_max_iterations', 'deer_work', 'lyapunov_transient',
+               'lyapunov_steps'))

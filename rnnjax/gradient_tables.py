@@ -19,6 +19,30 @@ explodes (Pascanu, Mikolov & Bengio 2013, eq. 7). Two protocols:
                 The network's states saturate (tanh' well below 1), so its
                 gradient vanishes faster than the linearised protocol's at the
                 same rho: the two tables differ, and both are right.
+
+Mean-field theory predicts both rates (``mean_field_variance``,
+``mean_field_rate``). With W_hh's entries of variance rho^2 / H (a Gaussian
+matrix of spectral radius rho, for large H) and each unit's drive x_t W_xh + b of
+variance sigma_in^2, a unit's pre-activation is Gaussian for large H with variance
+
+  q* = rho^2 E[tanh(sqrt(q*) z)^2] + sigma_in^2,   z ~ N(0, 1)
+
+(the fixed point of the variance map), and one backward step multiplies the squared
+norm of dL/dh by chi = rho^2 E[tanh'(sqrt(q*) z)^2] in expectation: the gradient
+shrinks or grows by the per-step rate sqrt(chi) = rho sqrt(E[tanh'(sqrt(q*) z)^2]),
+below 1 vanishing, above 1 exploding. The linearised protocol is the same with its
+pre-activations' variance fixed at 0.3^2. Pascanu et al.'s sufficient condition
+for vanishing, sigma_max(W_hh) < 1 / gamma (gamma = 1, the bound of tanh'), is
+far from this edge: a Gaussian W_hh of spectral radius rho has sigma_max near 2
+rho for large H.
+
+References:
+  Poole, Lahiri, Raghu, Sohl-Dickstein & Ganguli (2016), "Exponential
+  expressivity in deep neural networks through transient chaos" (the variance
+  map, eq. 3, and chi, eq. 5); Pennington, Schoenholz & Ganguli (2017),
+  "Resurrecting the sigmoid in deep learning through dynamical isometry"
+  (the mean squared singular value of the Jacobian, rho^2 E[phi'^2]);
+  Pascanu, Mikolov & Bengio (2013), section 3.1 (sigma_max < 1 / gamma).
 """
 
 from collections.abc import Mapping, Sequence
@@ -31,10 +55,75 @@ import numpy as np
 from rnnjax import cells
 from rnnjax import diagnostics
 from rnnjax import initializers
+from rnnjax import norms
 
-__all__ = ['PROTOCOLS', 'gradient_norm_table']
+__all__ = ['PROTOCOLS', 'gradient_norm_table', 'mean_field_variance', 'mean_field_rate']
 
 PROTOCOLS = ('linearised', 'network')
+LINEARISED_VARIANCE = 0.3 ** 2  # of the linearised protocol's pre-activations
+_QUADRATURE = np.polynomial.hermite_e.hermegauss(101)  # nodes, weights of E over N(0, 1)
+
+
+def _gaussian_mean(function: Any, variance: float) -> float:
+  """E[function(sqrt(variance) z)], z ~ N(0, 1), by Gauss-Hermite quadrature (float64)."""
+  nodes, weights = _QUADRATURE
+  return float(np.sum(weights * function(np.sqrt(variance) * nodes)) / np.sqrt(2 * np.pi))
+
+
+def mean_field_variance(radius: float, input_scale: float) -> float:
+  """q*, the variance of a unit's pre-activation in a large tanh Elman network at its
+  fixed point, q = radius^2 E[tanh(sqrt(q) z)^2] + input_scale^2 (module docstring).
+
+  Args:
+    radius: rho >= 0, the spectral radius of a Gaussian W_hh (entries' variance
+      rho^2 / H).
+    input_scale: sigma_in >= 0, the standard deviation of each unit's drive
+      x_t W_xh + b.
+
+  Returns:
+    q* (dimensionless, a Python float), iterated from input_scale^2 + 1 to a change
+    below 1e-12 (at most 10,000 iterations; at rho = 1 and sigma_in = 0 the map
+    approaches 0 slowly, as q ~ 1 / t).
+
+  Raises:
+    ValueError: naming the argument, for a value that is not a finite number >= 0.
+
+  References:
+    Poole et al. (2016), eq. 3.
+  """
+  for name, value in (('radius', radius), ('input_scale', input_scale)):
+    initializers.check_radius(name, value)
+  q = float(input_scale) ** 2 + 1.0
+  for _ in range(10_000):
+    following = radius ** 2 * _gaussian_mean(lambda a: np.tanh(a) ** 2, q) + input_scale ** 2
+    if abs(following - q) < 1e-12:
+      return following
+    q = following
+  return q
+
+
+def mean_field_rate(radius: float, variance: float) -> float:
+  """sqrt(chi) = radius sqrt(E[tanh'(sqrt(variance) z)^2]): the mean-field factor by which
+  one backward step scales ||dL/dh|| (module docstring).
+
+  Args:
+    radius: rho >= 0 of a Gaussian W_hh.
+    variance: q >= 0 of the pre-activations (``mean_field_variance`` for a network,
+      ``LINEARISED_VARIANCE`` for the linearised protocol).
+
+  Returns:
+    the rate per step (a Python float): < 1 vanishing, > 1 exploding.
+
+  Raises:
+    ValueError: naming the argument, for a value that is not a finite number >= 0.
+
+  References:
+    Poole et al. (2016), eq. 5; Pennington et al. (2017).
+  """
+  for name, value in (('radius', radius), ('variance', variance)):
+    initializers.check_radius(name, value)
+  return float(radius) * np.sqrt(_gaussian_mean(lambda a: (1 - np.tanh(a) ** 2) ** 2,
+                                                float(variance)))
 
 
 def _linearised(radii: Sequence[float], distances: Sequence[int], hidden_size: int,
@@ -52,32 +141,34 @@ def _linearised(radii: Sequence[float], distances: Sequence[int], hidden_size: i
     def step(delta: jax.Array, a: jax.Array, w: jax.Array = jnp.asarray(w, jnp.float32)
              ) -> tuple[jax.Array, jax.Array]:
       delta = w.T @ (cells.activation_derivative(jnp.tanh(a), 'tanh') * delta)
-      return delta, jnp.linalg.norm(delta)
-    _, norms = jax.lax.scan(step, jnp.asarray(delta, jnp.float32),
-                            jnp.asarray(pre_activations, jnp.float32))
-    host_norms = np.asarray(norms)
-    rows[rho] = {k: float(host_norms[k - 1]) for k in distances}
+      return delta, norms.vector_norm(delta)
+    _, lengths = jax.lax.scan(step, jnp.asarray(delta, jnp.float32),
+                              jnp.asarray(pre_activations, jnp.float32))
+    host_lengths = np.asarray(lengths)
+    rows[rho] = {k: float(host_lengths[k - 1]) for k in distances}
   return rows
 
 
 def _network(radii: Sequence[float], distances: Sequence[int], hidden_size: int, seed: int,
-             sequences: int, params: Mapping[str, Any] | None
-             ) -> dict[float, dict[int, float]]:
-  steps = max(distances) + 1
+             sequences: int, params: Mapping[str, Any] | None, input_scale: float,
+             transient: int, dtype: Any) -> dict[float, dict[int, float]]:
+  steps = transient + max(distances) + 1
   key_inputs, key_loss, key_params = jax.random.split(jax.random.key(seed), 3)
   rows: dict[float, dict[int, float]] = {}
   for rho in radii:
     cell_params = params if params is not None else cells.init_elman(
-        key_params, hidden_size, hidden_size, 'gaussian', rho)
+        key_params, hidden_size, hidden_size, 'gaussian', rho,
+        input_scale=input_scale / hidden_size ** 0.5)
+    cell_params = jax.tree_util.tree_map(lambda x: jnp.asarray(x, dtype), cell_params)
     size = cell_params['W_xh'].shape[0]
-    inputs = jax.random.normal(key_inputs, (sequences, steps, size))
-    direction = jax.random.normal(key_loss, (cell_params['W_hh'].shape[0],))
-    initial = jnp.zeros((sequences, cell_params['W_hh'].shape[0]))
+    inputs = jax.random.normal(key_inputs, (sequences, steps, size), dtype)
+    direction = jax.random.normal(key_loss, (cell_params['W_hh'].shape[0],), dtype)
+    initial = jnp.zeros((sequences, cell_params['W_hh'].shape[0]), dtype)
     _, gradients = diagnostics.state_gradients(
         cells.elman('tanh'), cell_params, inputs, initial,
         lambda states: jnp.sum(states[:, -1] @ direction))
-    norms = jnp.linalg.norm(gradients, axis=-1)  # [B, T]: each sequence's own loss
-    ratios = np.median(np.stack([np.asarray(norms[:, -1 - k] / norms[:, -1])
+    lengths = norms.vector_norm(gradients, axis=-1)  # [B, T]: each sequence's own loss
+    ratios = np.median(np.stack([np.asarray(lengths[:, -1 - k] / lengths[:, -1])
                                  for k in distances], axis=1), axis=0)
     label = float(initializers.host_spectral_radius(np.asarray(cell_params['W_hh']))
                   ) if params is not None else rho
@@ -88,7 +179,9 @@ def _network(radii: Sequence[float], distances: Sequence[int], hidden_size: int,
 def gradient_norm_table(radii: Sequence[float] = (0.7, 1.0, 1.3),
                         distances: Sequence[int] = (20, 40, 60), protocol: str = 'network',
                         hidden_size: int = 64, seed: int = 1, sequences: int = 64,
-                        params: Mapping[str, Any] | None = None) -> dict[float, dict[int, float]]:
+                        params: Mapping[str, Any] | None = None, input_scale: float = 1.0,
+                        transient: int = 0, dtype: Any = jnp.float32
+                        ) -> dict[float, dict[int, float]]:
   """||dL/dh_{T-k}|| / ||dL/dh_T|| for each spectral radius and distance k.
 
   Args:
@@ -103,6 +196,13 @@ def gradient_norm_table(radii: Sequence[float] = (0.7, 1.0, 1.3),
       'b': [H]}`` (a trained run's, e.g.
       ``rnnjax.train.checkpoints.final_params(folder)``'s cell) instead of a fresh
       init; the row is labelled with their W_hh's spectral radius.
+    input_scale: 'network', a fresh init: sigma_in >= 0, the standard deviation of
+      each unit's drive x_t W_xh (W_xh ~ N(0, sigma_in^2 / d), b = 0); 1.0 is
+      ``cells.init_elman``'s default.
+    transient: 'network': steps >= 0 run from the zero state before the T =
+      max(distances) + 1 steps measured, so that the states there are stationary.
+    dtype: 'network': of the params, inputs and state gradients (float64 needs
+      ``jax.enable_x64``: ratios below float32's 1.2e-38 stay measurable).
 
   Returns:
     ``{rho: {k: ratio}}``, each ratio a scalar (Python floats; format it with
@@ -128,6 +228,10 @@ def gradient_norm_table(radii: Sequence[float] = (0.7, 1.0, 1.3),
   for name, value in (('hidden_size', hidden_size), ('sequences', sequences)):
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
       raise ValueError(f'{name}: expected an int >= 1, got {value!r}')
+  initializers.check_radius('input_scale', input_scale)
+  if isinstance(transient, bool) or not isinstance(transient, int) or transient < 0:
+    raise ValueError(f'transient: expected an int >= 0, got {transient!r}')
   if protocol == 'linearised':
     return _linearised(radii, distances, hidden_size, seed)
-  return _network(radii, distances, hidden_size, seed, sequences, params)
+  return _network(radii, distances, hidden_size, seed, sequences, params, float(input_scale),
+                  transient, dtype)
