@@ -15,13 +15,14 @@ streams ``seed`` x B ... of it, looked up in an embedding table drawn as char_lm
 draws it at initialization: a weakly driven network) or 'normal' (x_t ~ N(0, I_d)); a
 trained network reads its own run's held-out text through its own embedding.
 
-The run solves the first T steps for each T of ``lengths``, shortest first; a length at
-which the method does not converge (within its cap: min(T, ``max_iterations``) for DEER
+The run solves the first T steps for each T of ``lengths`` up to ``longest``, shortest
+first (a length beyond the work cap is not measured); a length at which the method does not
+converge (within its cap: min(T, ``max_iterations``) for DEER
 and quasi-DEER, min(2 T, ``damped_max_iterations``) for ELK and quasi-ELK, and for the
 full-Jacobian methods at most ``deer_work`` / (B T H^3)) ends the run's solves, the longer
 ones counted as not converged (the states of a longer sequence are no better determined).
 The report: per T the lower median over the sequences of the Newton iterations to
-``elman_deer``'s certificate (inf: not converged) and the solver's own wall time (compiled
+``elman_deer``'s certificate (inf: not converged; absent: not measured) and the solver's own wall time (compiled
 first; under 1 s the fastest of 3); ``slope``, the least-squares slope of log iterations
 against log T over the converged lengths (NaN for fewer than 3); ``largest_lyapunov_exponent``
 (``lyapunov.lyapunov_spectrum``, nats per step, the median over the sequences) over
@@ -187,8 +188,9 @@ def measure(config, programs: dict | None = None) -> dict:
     iterations, total, failed = [], 0.0, False
     for steps in config.lengths:
       limit = cap(config, hidden, steps)
-      if failed or limit is None:
-        failed = True
+      if limit is None or (config.longest and steps > config.longest):
+        break  # not measured (NaN): the work cap, or beyond the longest T asked for
+      if failed:
         report[f'iterations_T{steps}'] = math.inf
         iterations.append(math.inf)
         continue
@@ -207,7 +209,8 @@ def measure(config, programs: dict | None = None) -> dict:
       iterations.append(median)
       total += seconds
   converged = [t for t, n in zip(config.lengths, iterations) if math.isfinite(n)]
-  return dict(report, slope=slope(config.lengths, iterations), solver_seconds=total,
+  return dict(report, slope=slope(config.lengths[:len(iterations)], iterations),
+              solver_seconds=total,
               longest_converged=max(converged) if converged else 0)
 
 
@@ -248,6 +251,8 @@ EXPERIMENT = experiment.Experiment(
                        "the cell's and the inputs' (float64: with jax's x64 on for the run)"),
         'lengths': Field((64,), experiment.Check('increasing ints >= 2', _lengths),
                          'T: the first T steps are solved for each, shortest first'),
+        'longest': Field(0, experiment.integer(0), 'solve only the lengths up to this T '
+                         '(0: all)'),
         'sequences': Field(3, experiment.integer(1), 'B, whose median is reported'),
         'input_size': Field(64, experiment.integer(1), "d (char_lm's embedding size)"),
         'inputs': Field('text', experiment.one_of(('text', 'normal')),
@@ -269,6 +274,6 @@ EXPERIMENT = experiment.Experiment(
             'measured_spectral_radius', *(f'iterations_T{t}' for t in REPORTED_LENGTHS)),
     plots=(('points', 'slope', 'largest_lyapunov_exponent', 'method', 'hidden_size'),),
     vmappable=('seed', 'method', 'damping', 'spectral_radius', 'hidden_size', 'dtype',
-               'lengths', 'sequences', 'input_size', 'inputs', 'trained_run', 'tolerance',
+               'lengths', 'longest', 'sequences', 'input_size', 'inputs', 'trained_run', 'tolerance',
                'max_iterations', 'damped_max_iterations', 'deer_work', 'lyapunov_transient',
                'lyapunov_steps'))
