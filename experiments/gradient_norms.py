@@ -23,6 +23,7 @@ own, from its seed.
 """
 
 import math
+import pathlib
 
 import jax
 import jax.numpy as jnp
@@ -33,6 +34,7 @@ from rnnjax import gradient_tables
 from rnnjax import initializers
 from rnnjax.train import checkpoints
 from rnnjax.train import experiment
+from rnnjax.train import report
 from rnnjax.train import trainer
 
 DISTANCES = (1, 2, 5, 10, 20, 40, 60)
@@ -94,6 +96,150 @@ def measure(config) -> dict:
           'profile': {str(k): v for k, v in row.items()}}
 
 
+def crossing(radii, rates) -> float:
+  """The radius where ``rates`` (increasing in the radius, roughly) first reach 1, linearly
+  interpolated between the two radii around it; NaN where they never do."""
+  points = [(r, v) for r, v in zip(radii, rates) if math.isfinite(v)]
+  for (r0, v0), (r1, v1) in zip(points, points[1:]):
+    if v0 < 1 <= v1:
+      return r0 + (1 - v0) * (r1 - r0) / (v1 - v0)
+  return math.nan
+
+
+def mean_field_crossing(input_scale: float, variance: float | None = None) -> float:
+  """The radius where mean field's rate is 1 (``variance`` fixed for the linearised
+  protocol, else q* at the radius); by bisection on [0.1, 10]."""
+  from scipy import optimize
+
+  def excess(rho):
+    q = variance if variance is not None else gradient_tables.mean_field_variance(rho,
+                                                                                  input_scale)
+    return gradient_tables.mean_field_rate(rho, q) - 1.0
+  return float(optimize.brentq(excess, 0.1, 10.0, xtol=1e-9))
+
+
+def theory(runs, keys, folder, heading) -> None:
+  """The sweep's measured rates over the seeds beside mean field's: ``gradient_theory.md`` /
+  ``.csv`` (a row per protocol, size, input scale and radius), ``gradient_crossings.md`` /
+  ``.csv`` (where each crosses 1, and where sigma_max does, Pascanu et al.'s sufficient
+  condition for vanishing), ``gradient_trained.md`` / ``.csv`` (the trained cells) and
+  ``gradient_theory.png``."""
+  del keys
+  ended = [run for run in runs if run['status'] in ('finished', 'diverged') and run['summary']]
+  fresh = [run for run in ended if not run['config'].get('trained_run')]
+  groups: dict[tuple, list[dict]] = {}
+  for run in fresh:
+    c = run['config']
+    groups.setdefault((c['protocol'], c['hidden_size'], c['input_scale'],
+                       c['spectral_radius']), []).append(run['summary'])
+  rows = []
+  for (protocol, hidden, scale, rho), summaries in sorted(groups.items()):
+    rate = report.spread([s['rate'] for s in summaries])
+    theory_rate = summaries[0]['mean_field_rate']
+    rows.append({'protocol': protocol, 'hidden_size': hidden,
+                 'input_scale': scale if protocol == 'network' else '-', 'spectral_radius': rho,
+                 'seeds': len(summaries),
+                 'sigma_max': report.spread([s['sigma_max'] for s in summaries]),
+                 'rate': rate, 'mean_field_rate': theory_rate,
+                 'rate / mean field - 1': rate.median / theory_rate - 1,
+                 **{f'ratio_k{k}': report.spread([s[f'ratio_k{k}'] for s in summaries])
+                    for k in (10, 20, 40, 60)}})
+  note = ('One setting a row, over its seeds: the median [interquartile range]. rate: the '
+          'fitted per-step rate of ||dL/dh_{T-k}|| / ||dL/dh_T|| over k = 10 ... 60; '
+          'mean_field_rate: rho sqrt(E[tanh\'(sqrt(q*) z)^2]) (q* the fixed point of the '
+          'variance map; the linearised protocol: q = 0.09).')
+  report.table(rows, '\n\n'.join(filter(None, [heading, note])), folder, 'gradient_theory',
+               positive=tuple(f'ratio_k{k}' for k in (10, 20, 40, 60)))
+  crossings = []
+  for protocol, hidden, scale in sorted({key[:3] for key in groups}):
+    members = [row for row in rows if (row['protocol'], row['hidden_size']) == (protocol, hidden)
+               and row['input_scale'] == (scale if protocol == 'network' else '-')]
+    radii = [row['spectral_radius'] for row in members]
+    measured = crossing(radii, [row['rate'].median for row in members])
+    predicted = mean_field_crossing(
+        scale, gradient_tables.LINEARISED_VARIANCE if protocol == 'linearised' else None)
+    crossings.append({'protocol': protocol, 'hidden_size': hidden,
+                      'input_scale': scale if protocol == 'network' else '-',
+                      'measured rate = 1 at rho': measured,
+                      'mean field rate = 1 at rho': predicted,
+                      'difference': measured - predicted,
+                      'sigma_max = 1 at rho': crossing(
+                          radii, [row['sigma_max'].median for row in members]),
+                      'largest |rate / mean field - 1|': max(
+                          abs(row['rate / mean field - 1']) for row in members)})
+  report.table(crossings, '\n\n'.join(filter(None, [
+      heading, 'Where the median rate over the seeds reaches 1 (linear interpolation between '
+      'the radii around it), where mean field\'s does, and where the median sigma_max(W_hh) '
+      'does: Pascanu et al.\'s sufficient condition for vanishing holds below it.'])),
+      folder, 'gradient_crossings')
+  trained = [{'trained_run': pathlib.PurePath(run['config']['trained_run']).name,
+              'measured_spectral_radius': run['summary']['measured_spectral_radius'],
+              'sigma_max': run['summary']['sigma_max'], 'rate': run['summary']['rate'],
+              **{f'ratio_k{k}': run['summary'][f'ratio_k{k}'] for k in (10, 20, 40, 60)}}
+             for run in ended if run['config'].get('trained_run')]
+  if trained:
+    report.table(trained, '\n\n'.join(filter(None, [
+        heading, 'The main job\'s trained cells (one seed each), the network protocol: '
+        'N(0, 1) inputs through their own W_xh.'])), folder, 'gradient_trained',
+        positive=tuple(f'ratio_k{k}' for k in (10, 20, 40, 60)))
+  _theory_figure(rows, groups, trained, folder)
+
+
+def _theory_figure(rows, groups, trained, folder) -> None:
+  """gradient_theory.png: top, the median ratio against k at the largest size for six radii
+  (interquartile range shaded) with mean field's rate^k; bottom, the rate against rho for
+  each size, mean field's curve, and the trained cells."""
+  plt = report.pyplot()
+  scales = sorted({row['input_scale'] for row in rows if row['protocol'] == 'network'})
+  largest = max(row['hidden_size'] for row in rows if row['protocol'] == 'network')
+  figure, axes = plt.subplots(2, len(scales), figsize=(5 * len(scales), 8.5), squeeze=False)
+  colours = plt.get_cmap('viridis')
+  shown = (0.3, 0.6, 0.9, 1.2, 1.5, 1.8)
+  for column, scale in enumerate(scales):
+    axis = axes[0][column]
+    for i, rho in enumerate(shown):
+      summaries = groups.get(('network', largest, scale, rho))
+      if not summaries:
+        continue
+      ks = list(range(1, max(DISTANCES) + 1))
+      statistics = [report.spread([s['profile'][str(k)] for s in summaries]) for k in ks]
+      colour = colours(i / (len(shown) - 1))
+      axis.plot(ks, [st.median for st in statistics], color=colour, label=f'rho={rho}')
+      axis.fill_between(ks, [st.q1 for st in statistics], [st.q3 for st in statistics],
+                        color=colour, alpha=0.25, linewidth=0)
+      rate = summaries[0]['mean_field_rate']
+      axis.plot(ks, [rate ** k for k in ks], color=colour, linestyle='--', linewidth=0.8)
+    axis.set_yscale('log')
+    axis.set_xlabel('distance k (steps)')
+    axis.set_ylabel('||dL/dh_{T-k}|| / ||dL/dh_T||')
+    axis.set_title(f'H = {largest}, sigma_in = {scale} (dashed: mean field)', fontsize=9)
+    axis.grid(True, which='both', alpha=0.3)
+    axis.legend(fontsize=7)
+    axis = axes[1][column]
+    for j, hidden in enumerate(sorted({row['hidden_size'] for row in rows
+                                       if row['protocol'] == 'network'})):
+      members = [row for row in rows if row['protocol'] == 'network'
+                 and row['hidden_size'] == hidden and row['input_scale'] == scale]
+      axis.errorbar([row['spectral_radius'] for row in members],
+                    [row['rate'].median for row in members],
+                    yerr=[[row['rate'].median - row['rate'].q1 for row in members],
+                          [row['rate'].q3 - row['rate'].median for row in members]],
+                    marker='o', markersize=3, linestyle='', label=f'measured, H = {hidden}')
+    radii = np.linspace(0.3, 2.0, 86)
+    axis.plot(radii, [gradient_tables.mean_field_rate(r, gradient_tables.mean_field_variance(
+        r, scale)) for r in radii], color='black', linewidth=1, label='mean field')
+    axis.axhline(1.0, color='grey', linewidth=0.8)
+    if trained:
+      axis.plot([t['measured_spectral_radius'] for t in trained], [t['rate'] for t in trained],
+                marker='*', linestyle='', color='red', label='main job, trained')
+    axis.set_xlabel('spectral radius rho of W_hh')
+    axis.set_ylabel('per-step rate')
+    axis.set_title(f'sigma_in = {scale}', fontsize=9)
+    axis.grid(True, alpha=0.3)
+    axis.legend(fontsize=7)
+  report.save(figure, folder / 'gradient_theory.png')
+
+
 def task(config) -> trainer.Task:
   """The measurement as a task that trains nothing: its report is the table's row."""
   return trainer.Task(init=lambda config, key: {}, loss=None, batch=lambda step: {},
@@ -136,5 +282,6 @@ EXPERIMENT = experiment.Experiment(
     },
     report=('measured_spectral_radius', 'sigma_max', *(f'ratio_k{k}' for k in DISTANCES),
             'rate', 'mean_field_rate'),
+    positive=tuple(f'ratio_k{k}' for k in DISTANCES), analyses=(theory,),
     vmappable=('seed', 'spectral_radius', 'protocol', 'hidden_size', 'sequences',
                'input_scale', 'transient', 'dtype', 'trained_run'))

@@ -36,6 +36,7 @@ References:
 """
 
 import math
+import pathlib
 import time
 
 import jax
@@ -50,6 +51,7 @@ from rnnjax.data import corpora
 from rnnjax.data import text
 from rnnjax.train import checkpoints
 from rnnjax.train import experiment
+from rnnjax.train import report
 from rnnjax.train import trainer
 
 CORPUS, VALIDATION_FRACTION = 'tinyshakespeare', 0.1  # char_lm's held-out text
@@ -214,6 +216,69 @@ def measure(config, programs: dict | None = None) -> dict:
               longest_converged=max(converged) if converged else 0)
 
 
+PREDICTABLE, UNPREDICTABLE = -0.02, 0.02  # lambda_1 bounds of the criteria (nats a step)
+FLAT, GROWING = 0.2, 0.8  # DEER's slope bounds of the criteria
+
+
+def predictability(runs, keys, folder, heading) -> None:
+  """The study's tables from its runs: ``predictability.md`` / ``.csv``, a row per method,
+  size and radius over its seeds (lambda_1, slope, longest certified T, solver seconds:
+  median [IQR]); ``criteria.md`` / ``.csv``, DEER's slope against lambda_1 as the page's
+  criteria state them (a cell is one size, radius and seed, classed by its own lambda_1:
+  the share of cells with lambda_1 < -0.02 whose slope is below 0.2, and of those with
+  lambda_1 > 0.02 whose slope is above 0.8; a cell with fewer than 3 certified lengths has
+  no slope and fails); ``trained.md`` / ``.csv``, the trained cells."""
+  del keys
+  ended = [run for run in runs if run['summary'] and run['status'] in ('finished', 'diverged')]
+  fresh = [run for run in ended if not run['config'].get('trained_run')]
+  groups: dict[tuple, list[dict]] = {}
+  for run in fresh:
+    c = run['config']
+    groups.setdefault((c['method'], c['hidden_size'], c['spectral_radius']), []).append(
+        run['summary'])
+  rows = [{'method': method, 'hidden_size': hidden, 'spectral_radius': rho,
+           'seeds': len(summaries),
+           **{name: report.spread([s.get(name, math.nan) for s in summaries])
+              for name in ('largest_lyapunov_exponent', 'slope', 'longest_converged',
+                           'solver_seconds')}}
+          for (method, hidden, rho), summaries in sorted(groups.items())]
+  report.table(rows, '\n\n'.join(filter(None, [
+      heading, 'One method, size and radius a row, over its seeds: the median [interquartile '
+      'range]. slope: of log iterations against log T over the certified lengths; '
+      'longest_converged: the longest T certified; lambda_1 in nats a step.'])), folder,
+      'predictability')
+  criteria = []
+  for hidden in sorted({run['config']['hidden_size'] for run in fresh}) + ['all']:
+    cells = [run['summary'] for run in fresh if run['config']['method'] == 'deer'
+             and hidden in ('all', run['config']['hidden_size'])]
+    for name, test in (('lambda_1 < -0.02: slope < 0.2', lambda s: (
+        s['largest_lyapunov_exponent'] < PREDICTABLE, s['slope'] < FLAT)),
+                       ('lambda_1 > 0.02: slope > 0.8', lambda s: (
+        s['largest_lyapunov_exponent'] > UNPREDICTABLE, s['slope'] > GROWING))):
+      judged = [test(s) for s in cells]
+      within = [holds for applies, holds in judged if applies]
+      rate = report.wilson(sum(within), len(within))
+      criteria.append({'hidden_size': hidden, 'criterion': name, 'cells': rate,
+                       'held (at least 4 of 5)': bool(within) and sum(within) >= 0.8 * len(
+                           within)})
+  report.table(criteria, '\n\n'.join(filter(None, [
+      heading, 'DEER: a cell is one size, radius and seed, classed by its own lambda_1; '
+      'cells: those meeting the slope bound of all so classed, with the 95% Wilson interval '
+      '(a slope needs 3 certified lengths: a cell without is counted as failing).'])),
+      folder, 'criteria')
+  trained = [{'method': run['config']['method'],
+              'trained_run': pathlib.PurePath(run['config']['trained_run']).name,
+              **{name: run['summary'].get(name, math.nan) for name in (
+                  'largest_lyapunov_exponent', 'slope', 'longest_converged', 'solver_seconds',
+                  'measured_spectral_radius', *(f'iterations_T{t}' for t in REPORTED_LENGTHS))}}
+             for run in ended if run['config'].get('trained_run')]
+  if trained:
+    report.table(trained, '\n\n'.join(filter(None, [
+        heading, 'Trained cells, one run each: lambda_1 over their own held-out text '
+        '(nats a step), DEER\'s and the diagonal methods\' iterations at each T.'])), folder,
+        'trained')
+
+
 def check(config) -> None:
   """Raises ValueError naming ``config.trained_run`` for a folder that holds no ended run
   (each run's own check, before any folder is touched: a sweep measures the others)."""
@@ -273,6 +338,7 @@ EXPERIMENT = experiment.Experiment(
     report=('largest_lyapunov_exponent', 'slope', 'longest_converged', 'solver_seconds',
             'measured_spectral_radius', *(f'iterations_T{t}' for t in REPORTED_LENGTHS)),
     plots=(('points', 'slope', 'largest_lyapunov_exponent', 'method', 'hidden_size'),),
+    analyses=(predictability,),
     vmappable=('seed', 'method', 'damping', 'spectral_radius', 'hidden_size', 'dtype',
                'lengths', 'longest', 'sequences', 'input_size', 'inputs', 'trained_run', 'tolerance',
                'max_iterations', 'damped_max_iterations', 'deer_work', 'lyapunov_transient',

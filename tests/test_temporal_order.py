@@ -230,11 +230,12 @@ def test_tiny_ptb_chars_run(tmp_path):
       hidden_size=8, batch_size=2, truncation=8, steps=2, log_every=1, checkpoint_every=0,
       max_eval_chars=100))
   configs = sweep.run_configs(base, ptb_chars_config.get_sweep(), {})
-  assert [(c.method, c.clipping, c.omega_weight) for c in configs] == [
-      ('MSGD', 'none', 0.0), ('MSGD-C', 'pascanu', 0.0), ('MSGD-CR', 'pascanu', 2.0)]
+  assert [(c.method, c.clipping, c.omega_weight, c.seed) for c in configs[::3]] == [
+      ('MSGD', 'none', 0.0, 0), ('MSGD-C', 'pascanu', 0.0, 0), ('MSGD-CR', 'pascanu', 2.0, 0)]
+  assert [c.seed for c in configs] == [0, 1, 2] * 3
   for config in configs:
     experiment.check(ptb_chars.EXPERIMENT, config)
-  config = configs[2]  # MSGD-CR: clipping and Omega
+  config = configs[6]  # MSGD-CR: clipping and Omega
   summary, = harness.run_group(ptb_chars.EXPERIMENT, [config], [tmp_path / config.method])
   assert summary['status'] == 'finished' and summary['steps_done'] == 2
   assert summary['vocab_size'] == 50 and summary['test_chars'] == 100

@@ -21,7 +21,8 @@ import numpy as np
 from rnnjax.train import devices
 from rnnjax.train import optimizers
 
-__all__ = ['Check', 'Field', 'Experiment', 'TRAINER_FIELDS', 'integer', 'number', 'one_of',
+__all__ = ['Check', 'Field', 'Experiment', 'TRAINER_FIELDS', 'HARNESS_COLUMNS', 'integer',
+           'number', 'one_of',
            'check', 'load', 'locate', 'override', 'as_dict', 'from_dict', 'flat', 'group_key']
 
 
@@ -101,6 +102,9 @@ TRAINER_FIELDS = {
     'log_every': Field(100, integer(1), 'steps between metrics lines'),
     'checkpoint_every': Field(0, integer(0), 'steps between checkpoints (0: only at the end)'),
 }
+# The columns a sweep's tables write beside an experiment's fields and report fields.
+HARNESS_COLUMNS = ('run_folder', 'status', 'seconds', 'commit', 'date', 'seeds', 'diverged',
+                   'failed')
 # Fields whose values change no program (clipping: within its ``optimizers.family``).
 TRAINER_VMAPPABLE = ('learning_rate', 'clip_threshold', 'clipping', 'flossing_weight')
 
@@ -119,6 +123,15 @@ class Experiment:
     vmappable: its fields that change no program (with ``TRAINER_VMAPPABLE``).
     plots: as ``report.write`` draws them.
     work: a step's relative cost, for a sweep's progress and order.
+    positive: its report fields that are positive ratios, whose exact 0 is an underflow
+      (a table prints it as a bound).
+    analyses: ``analysis(runs, keys, folder, heading)`` of a sweep's runs (as
+      ``report.write`` takes them), each writing its own tables and plots into the sweep
+      folder (``folder.write``) after the sweep's.
+
+  Raises:
+    ValueError: a field or report field named as one of the columns the harness writes
+      beside them (``HARNESS_COLUMNS``).
   """
   name: str
   task: Callable[[ml_collections.ConfigDict], Any]
@@ -128,6 +141,15 @@ class Experiment:
   vmappable: tuple[str, ...] = ()
   plots: tuple[tuple, ...] = ()
   work: Callable[[ml_collections.ConfigDict], float] = lambda config: 1.0
+  positive: tuple[str, ...] = ()
+  analyses: tuple[Callable, ...] = ()
+
+  def __post_init__(self) -> None:
+    for kind, names in (('field', self.fields), ('report field', self.report)):
+      taken = sorted(set(names) & set(HARNESS_COLUMNS))
+      if taken:
+        raise ValueError(f'{self.name}: the {kind} {taken[0]!r} is a column the harness writes '
+                         f'itself ({", ".join(HARNESS_COLUMNS)}); give it another name')
 
   def all_fields(self) -> dict[str, Field]:
     return {**TRAINER_FIELDS, **self.fields}

@@ -1,34 +1,102 @@
-"""The tables and plots of a sweep, from its runs' summaries.
+"""The tables and plots of a sweep, from its runs' summaries, with their statistics over seeds.
 
 ``results.md`` / ``.csv``: one row per run: its swept values, status, the experiment's
 ``report`` fields, the gradient-norm profiles at the first step and of the final params, and
 its seconds. When the seed is swept with other keys, ``results_over_seeds.md`` / ``.csv`` give
-one row per setting: runs, diverged, failed, the rate of each yes/no field and the median of
-each number where finite. Each Markdown table opens with the commit and date of its runs.
+one row per setting (the swept values but the seed): the number of seeds, how many diverged
+and failed, for each yes/no field the count of yes with its 95% Wilson interval, for each
+number the median and interquartile range over the seeds where it is finite, and for each
+budget of a ``rate`` plot the runs whose field is within it. Each Markdown table opens with
+the commit and date of its runs and says what its columns hold. A ratio that underflowed
+(a gradient-norm profile, an experiment's ``positive`` field, exactly 0) prints as a bound,
+``< 1.2e-38`` (the smallest normal number of the run's dtype), never as 0. An experiment's
+``analyses`` write its own tables from the same runs.
 
 Plots (an experiment's ``plots``): ``('curve', metric)`` a metrics.jsonl metric against the
-step, one curve a run; ``('rate', field, budgets, panel_key)`` the fraction of a setting's runs
-whose field is at most each budget (also columns of the seed table); ``('profile', key)`` the
-profiles, one curve per value of ``key``; ``('heatmap', value, x, panels)`` the seed-averaged
-``value`` with ``x`` across and the other settings down, one picture per ``panels`` value;
-``('points', y, x, series_key, panel_key)`` one run's ``y`` against its ``x``, a point a run.
+step, one curve a setting (the median over its seeds, the interquartile range shaded);
+``('rate', field, budgets, panel_key)`` the fraction of a setting's runs whose field is at most
+each budget; ``('profile', key)`` the profiles, one curve per value of ``key`` (over seeds:
+median and band); ``('heatmap', value, x, panels)`` the seed-averaged ``value`` with ``x``
+across and the other settings down, one picture per ``panels`` value; ``('points', y, x,
+series_key, panel_key)`` one run's ``y`` against its ``x``, a point a run.
+
+References:
+  Wilson (1927), "Probable inference, the law of succession, and statistical inference",
+  JASA 22 (the interval, ``scipy.stats.binomtest``); Fisher's exact test
+  (``scipy.stats.fisher_exact``).
 """
 
 import csv
 import io
 import math
 import pathlib
-import statistics
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
+
+import numpy as np
 
 from rnnjax import diagnostics
 from rnnjax.train import experiment as experiments
 from rnnjax.train import folder as run_folder
 from rnnjax.train import records
 
-__all__ = ['write']
+__all__ = ['Rate', 'Spread', 'wilson', 'spread', 'fisher', 'bound', 'pyplot', 'save', 'table',
+           'write']
 
 PROFILE_DISTANCES = tuple(str(k) for k in diagnostics.PROFILE_DISTANCES)
+
+
+class Rate(NamedTuple):
+  """k of n runs, with the 95% Wilson interval of the rate k / n."""
+  successes: int
+  trials: int
+  low: float
+  high: float
+
+
+class Spread(NamedTuple):
+  """The median and the quartiles of a number over the n runs where it is finite."""
+  median: float
+  q1: float
+  q3: float
+  count: int
+
+
+def wilson(successes: int, trials: int) -> Rate:
+  """``Rate`` of ``successes`` of ``trials`` (NaN bounds for no trials).
+
+  References:
+    Wilson (1927); ``scipy.stats.binomtest(...).proportion_ci(method='wilson')``.
+  """
+  if not trials:
+    return Rate(successes, trials, math.nan, math.nan)
+  from scipy import stats
+  interval = stats.binomtest(successes, trials).proportion_ci(0.95, method='wilson')
+  return Rate(successes, trials, float(interval.low), float(interval.high))
+
+
+def spread(values: Sequence[Any]) -> Spread:
+  """``Spread`` of the finite numbers among ``values`` (quartiles by linear interpolation,
+  numpy's default; NaN for none)."""
+  finite = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)
+            and math.isfinite(v)]
+  if not finite:
+    return Spread(math.nan, math.nan, math.nan, 0)
+  median, q1, q3 = np.percentile(finite, [50, 25, 75])
+  return Spread(float(median), float(q1), float(q3), len(finite))
+
+
+def fisher(first: Rate, second: Rate) -> float:
+  """The two-sided p-value of Fisher's exact test that two rates are equal
+  (``scipy.stats.fisher_exact`` on the 2 x 2 table of yes and no)."""
+  from scipy import stats
+  table = [[first.successes, first.trials - first.successes],
+           [second.successes, second.trials - second.successes]]
+  return float(stats.fisher_exact(table).pvalue)
+
+
+def bound(dtype: str = 'float32') -> str:
+  """How a ratio that underflowed to 0 prints: below the dtype's smallest normal number."""
+  return f'< {np.finfo(np.dtype(dtype)).tiny:.2g}'
 
 
 def _rows(runs: Sequence[dict], keys: Sequence[str], reported: Sequence[str],
@@ -58,34 +126,54 @@ def _rows(runs: Sequence[dict], keys: Sequence[str], reported: Sequence[str],
 
 def _over_seeds(rows: list[dict], keys: Sequence[str], reported: Sequence[str],
                 budgets: Sequence[tuple[str, float]]) -> list[dict]:
-  """One row per combination of the swept keys but the seed; for each ``(field, budget)``
-  the fraction of runs whose ``field`` is at most the budget."""
+  """One row per combination of the swept keys but the seed (the module docstring): a
+  ``Rate`` for each yes/no field and each ``(field, budget)``, a ``Spread`` for each number
+  and each profile distance, over the seeds that ended."""
   settings = [k for k in keys if k != 'seed']
   groups: dict[tuple, list[dict]] = {}
   for row in rows:
     groups.setdefault(tuple(repr(row[k]) for k in settings), []).append(row)
+  profiles = [c for c in dict.fromkeys(c for row in rows for c in row) if '_profile_k' in c]
   aggregated = []
   for members in groups.values():
-    out = {k: members[0][k] for k in settings}
-    out['runs'] = len(members)
+    out: dict[str, Any] = {k: members[0][k] for k in settings}
+    ended = [m for m in members if m['status'] in run_folder.ENDED]
+    out['seeds'] = len(members)
     out['diverged'] = sum(m['status'] == 'diverged' for m in members)
-    out['failed'] = sum(m['status'] not in run_folder.ENDED for m in members)
+    out['failed'] = len(members) - len(ended)
     for name in reported:  # .get: a field no run has a value of has no column
-      values = [m.get(name) for m in members if m['status'] in run_folder.ENDED]
+      values = [m.get(name) for m in ended]
       if values and all(isinstance(v, bool) for v in values):
-        out[f'{name} rate'] = sum(bool(v) for v in values) / len(values)
-      else:
-        finite = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
-        out[f'{name} median'] = statistics.median(finite) if finite else math.nan
+        out[name] = wilson(sum(values), len(values))
+      elif any(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        out[name] = spread(values)
     for name, budget in budgets:
-      reached = [m[name] for m in members if isinstance(m.get(name), (int, float))
-                 and math.isfinite(m[name]) and m[name] <= budget]
-      out[f'{name} <= {budget}'] = len(reached) / len(members)
+      out[f'{name} <= {budget}'] = wilson(
+          sum(isinstance(m.get(name), (int, float)) and math.isfinite(m[name])
+              and m[name] <= budget for m in members), len(members))
+    for column in profiles:
+      out[column] = spread([m.get(column) for m in ended])
     aggregated.append(out)
   return aggregated
 
 
-def _format(value: Any) -> str:
+def _number(value: float) -> str:
+  return f'{value:.3g}' if abs(value) < 1e-2 or abs(value) >= 1e4 else f'{value:.3f}'
+
+
+def _format(value: Any, underflow: str = '') -> str:
+  """A table cell: yes/no, '-' for NaN, ``underflow`` (a bound) for an exact 0 where given,
+  k/n (low-high) for a ``Rate``, median [q1, q3] for a ``Spread`` of several runs, and text
+  with the characters that would break a Markdown row (| and line ends) escaped."""
+  if isinstance(value, Rate):
+    if not value.trials:
+      return '-'
+    return f'{value.successes}/{value.trials} ({value.low:.2f}-{value.high:.2f})'
+  if isinstance(value, Spread):
+    if value.count < 2:
+      return _format(value.median, underflow)
+    return (f'{_format(value.median, underflow)} [{_format(value.q1, underflow)}, '
+            f'{_format(value.q3, underflow)}]')
   if isinstance(value, bool):
     return 'yes' if value else 'no'
   if isinstance(value, float):
@@ -93,32 +181,69 @@ def _format(value: Any) -> str:
       return '-'
     if math.isinf(value):
       return 'inf' if value > 0 else '-inf'
-    return f'{value:.3g}' if abs(value) < 1e-2 or abs(value) >= 1e4 else f'{value:.3f}'
-  return str(value)
+    return underflow if value == 0 and underflow else _number(value)
+  return ' '.join(str(value).replace('|', '\\|').splitlines())
 
 
-def _markdown(rows: list[dict], heading: str) -> str:
-  """The rows as Markdown; each profile becomes one column of space-separated values."""
+def _header(column: str, value: Any) -> str:
+  """A column's name in a Markdown table, saying what a statistic over seeds holds."""
+  if isinstance(value, Rate):
+    return f'{column}' if ' <= ' in column else f'{column}: yes of n (95% CI)'
+  if isinstance(value, Spread):
+    return f'{column}: median [IQR]'
+  return column
+
+
+def _markdown(rows: list[dict], heading: str, positive: Sequence[str] = ()) -> str:
+  """The rows as Markdown; each profile becomes one column of space-separated values (over
+  seeds: their medians); an exact 0 of a profile or a ``positive`` field prints as a bound."""
   measured = {when: [k for k in PROFILE_DISTANCES
                      if any(f'{when}_profile_k{k}' in row for row in rows)]
               for when in ('first', 'final')}
-  cells = []
+  cells, names = [], {}
   for row in rows:
-    cell = {c: _format(v) for c, v in row.items() if '_profile_k' not in c}
+    dtype = row.get('dtype') if row.get('dtype') in ('float64', 'float16', 'bfloat16') else (
+        'float32')
+    cell = {}
+    for column, value in row.items():
+      if '_profile_k' not in column:
+        names.setdefault(column, _header(column, value))
+        cell[column] = _format(value, bound(dtype) if column in positive else '')
     for when, where in (('first', 'at the first step'), ('final', 'of the final params')):
       values = [row.get(f'{when}_profile_k{k}', math.nan) for k in measured[when]]
+      values = [v.median if isinstance(v, Spread) else v for v in values]
       if any(not math.isnan(v) for v in values):
-        cell[f'profile {where}, k = {", ".join(measured[when])}'] = ' '.join(
-            _format(v) for v in values if not math.isnan(v))
+        column = f'{when} profile'
+        names.setdefault(column, f'profile {where}, k = {", ".join(measured[when])}' + (
+            ' (medians)' if isinstance(row.get(f'{when}_profile_k1'), Spread) else ''))
+        cell[column] = ' '.join(_format(v, bound()) for v in values if not math.isnan(v))
     cells.append(cell)
   columns = list(dict.fromkeys(c for cell in cells for c in cell))
   lines = ([heading, ''] if heading else []) + [
-      '| ' + ' | '.join(columns) + ' |', '|' + '---|' * len(columns)]
+      '| ' + ' | '.join(_format(names[c]) for c in columns) + ' |', '|' + '---|' * len(columns)]
   lines += ['| ' + ' | '.join(cell.get(c, '') for c in columns) + ' |' for cell in cells]
   return '\n'.join(lines) + '\n'
 
 
+def _flat(row: dict) -> dict:
+  """A row as CSV columns: a ``Rate`` as '<name> rate', 'yes', 'of', 'low', 'high', a
+  ``Spread`` as '<name> median', 'q1', 'q3', 'n'."""
+  out: dict[str, Any] = {}
+  for column, value in row.items():
+    if isinstance(value, Rate):
+      out.update({f'{column} rate': value.successes / value.trials if value.trials else math.nan,
+                  f'{column} yes': value.successes, f'{column} of': value.trials,
+                  f'{column} low': value.low, f'{column} high': value.high})
+    elif isinstance(value, Spread):
+      out.update({f'{column} median': value.median, f'{column} q1': value.q1,
+                  f'{column} q3': value.q3, f'{column} n': value.count})
+    else:
+      out[column] = value
+  return out
+
+
 def _csv(rows: list[dict]) -> str:
+  rows = [_flat(row) for row in rows]
   out = io.StringIO()
   writer = csv.DictWriter(out, fieldnames=list(dict.fromkeys(c for row in rows for c in row)))
   writer.writeheader()
@@ -126,7 +251,7 @@ def _csv(rows: list[dict]) -> str:
   return out.getvalue()
 
 
-def _save(figure: Any, path: pathlib.Path) -> None:
+def save(figure: Any, path: pathlib.Path) -> None:
   """Writes the figure as PNG (120 dpi) atomically (``folder.write``) and closes it."""
   import matplotlib.pyplot as plt
   data = io.BytesIO()
@@ -136,7 +261,18 @@ def _save(figure: Any, path: pathlib.Path) -> None:
   plt.close(figure)
 
 
-def _pyplot() -> Any:
+def table(rows: list[dict], heading: str, folder: pathlib.Path, name: str,
+          positive: Sequence[str] = ()) -> str:
+  """Writes ``rows`` (values, ``Rate``s and ``Spread``s) as ``<name>.md`` and ``<name>.csv``
+  in ``folder`` (atomically); returns the Markdown. For an experiment's ``analyses``."""
+  markdown = _markdown(rows, heading, positive)
+  run_folder.write(folder / f'{name}.md', markdown)
+  run_folder.write(folder / f'{name}.csv', _csv(rows))
+  return markdown
+
+
+def pyplot() -> Any:
+  """matplotlib.pyplot on its file-only backend (Agg), imported when a plot is drawn."""
   import matplotlib
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt
@@ -146,12 +282,15 @@ def _pyplot() -> Any:
 def _draw(path: pathlib.Path, panels: dict[str, list], xlabel: str, ylabel: str,
           log: str = '', title: str = '') -> None:
   """One row of panels sharing y: ``panels`` maps a panel's title to its curves
-  ``(xs, ys, matplotlib style)``; ``log``: the axes ('x', 'y') on a log scale."""
-  figure, axes = _pyplot().subplots(1, len(panels), figsize=(4.5 * len(panels) + 1.5, 4.0),
+  ``(xs, ys, matplotlib style)`` or ``(xs, ys, style, (lows, highs))``, a band shaded
+  around the curve; ``log``: the axes ('x', 'y') on a log scale."""
+  figure, axes = pyplot().subplots(1, len(panels), figsize=(4.5 * len(panels) + 1.5, 4.0),
                                     squeeze=False, sharey=True)
   for axis, (name, curves) in zip(axes[0], panels.items()):
-    for xs, ys, style in curves:
-      axis.plot(xs, ys, **style)
+    for xs, ys, style, *band in curves:
+      line, = axis.plot(xs, ys, **style)
+      if band:
+        axis.fill_between(xs, *band[0], color=line.get_color(), alpha=0.2, linewidth=0)
     axis.set_xscale('log' if 'x' in log else 'linear')
     axis.set_yscale('log' if 'y' in log else 'linear')
     axis.set_xlabel(xlabel)
@@ -162,29 +301,56 @@ def _draw(path: pathlib.Path, panels: dict[str, list], xlabel: str, ylabel: str,
   axes[0][0].set_ylabel(ylabel)
   if title:
     figure.suptitle(title, fontsize=10)
-  _save(figure, path)
+  save(figure, path)
+
+
+def _settings(rows: Sequence[dict], keys: Sequence[str]) -> dict[tuple, list[dict]]:
+  """The rows by their swept values but the seed, in first-seen order."""
+  groups: dict[tuple, list[dict]] = {}
+  for row in rows:
+    groups.setdefault(tuple((k, row[k]) for k in keys if k != 'seed'), []).append(row)
+  return groups
+
+
+def _median_band(series: list[list[float]]) -> tuple[list[float], list[float], list[float]]:
+  """Per position, the median and quartiles of the series' finite values (NaN for none)."""
+  out: tuple[list[float], list[float], list[float]] = ([], [], [])
+  for values in zip(*series):
+    statistic = spread(values)
+    for target, value in zip(out, (statistic.median, statistic.q1, statistic.q3)):
+      target.append(value)
+  return out
 
 
 def _plot_profiles(rows: list[dict], keys: Sequence[str], curve_key: str,
                    folder: pathlib.Path) -> None:
-  """||dL/dh_{T-k}|| / ||dL/dh_T|| against k, one curve per value of ``curve_key``, one panel
-  per combination of the other swept values; solid: final params, dashed: the first step."""
-  panel_keys = [k for k in keys if k != curve_key]
+  """||dL/dh_{T-k}|| / ||dL/dh_T|| against k, one curve per value of ``curve_key`` (the
+  median over seeds, their interquartile range shaded), one panel per combination of the
+  other swept values; solid: final params, dashed: the first step."""
+  panel_keys = [k for k in keys if k not in (curve_key, 'seed')]
   curves = list(dict.fromkeys(row[curve_key] for row in rows))
   panels: dict[str, list] = {}
-  for row in rows:
-    panel = panels.setdefault(', '.join(f'{k}={row[k]}' for k in panel_keys), [])
-    color = _pyplot().get_cmap('viridis')(curves.index(row[curve_key]) / max(len(curves) - 1, 1))
+  for setting, members in _settings(rows, keys).items():
+    values = dict(setting)
+    panel = panels.setdefault(', '.join(f'{k}={values[k]}' for k in panel_keys), [])
+    color = pyplot().get_cmap('viridis')(curves.index(values[curve_key]) /
+                                          max(len(curves) - 1, 1))
     for when, style in (('final', '-'), ('first', '--')):
-      values = [(int(k), row.get(f'{when}_profile_k{k}', math.nan)) for k in PROFILE_DISTANCES]
-      points = [(k, v) for k, v in values if math.isfinite(v) and v > 0]
+      series = [[m.get(f'{when}_profile_k{k}', math.nan) for k in PROFILE_DISTANCES]
+                for m in members if m['status'] in run_folder.ENDED]
+      medians, lows, highs = _median_band(series) if series else ([], [], [])
+      points = [(int(k), v, low, high) for k, v, low, high in zip(
+          PROFILE_DISTANCES, medians, lows, highs) if math.isfinite(v) and v > 0]
       if points:
-        panel.append((*zip(*points), dict(
-            linestyle=style, color=color, marker='o', markersize=3,
-            label=f'{curve_key}={row[curve_key]}' if when == 'final' else None)))
+        ks, ys, low, high = zip(*points)
+        panel.append((ks, ys, dict(linestyle=style, color=color, marker='o', markersize=3,
+                                   label=f'{curve_key}={values[curve_key]}'
+                                   if when == 'final' else None),
+                      *([(low, high)] if len(members) > 1 else [])))
   _draw(folder / 'gradient_profile.png', panels, 'distance k (steps)',
         '||dL/dh_{T-k}|| / ||dL/dh_T||', 'y',
-        'gradient-norm profile (solid: last step, dashed: first step)')
+        'gradient-norm profile (solid: last step, dashed: first step; over seeds: median, '
+        'interquartile range shaded)')
 
 
 def _plot_heatmaps(rows: list[dict], keys: Sequence[str], value: str, x: str,
@@ -206,7 +372,7 @@ def _plot_heatmaps(rows: list[dict], keys: Sequence[str], value: str, x: str,
         grid[i][j] = sum(cell) / len(cell) if cell else math.nan
     name = ','.join(f'{k}={v}' for k, v in zip(panels, panel)) or 'all'
     path = folder / f'heatmap_{name}.png'
-    figure, axis = _pyplot().subplots(figsize=(1.2 * len(columns) + 3.5, 0.45 * len(labels) + 1.5))
+    figure, axis = pyplot().subplots(figsize=(1.2 * len(columns) + 3.5, 0.45 * len(labels) + 1.5))
     image = axis.imshow(grid, vmin=0, vmax=1, cmap='viridis', aspect='auto')
     axis.set_xticks(range(len(columns)), [str(c) for c in columns])
     axis.set_yticks(range(len(labels)), [' '.join(map(str, label)) for label in labels],
@@ -218,32 +384,43 @@ def _plot_heatmaps(rows: list[dict], keys: Sequence[str], value: str, x: str,
                   color='white' if math.isnan(mean) or mean < 0.5 else 'black', fontsize=8)
     axis.set_title(f'{value} (mean over seeds), {name}', fontsize=9)
     figure.colorbar(image, ax=axis, fraction=0.04)
-    _save(figure, path)
+    save(figure, path)
 
 
 def _plot_rates(aggregated: list[dict], keys: Sequence[str], name: str,
                 budgets: Sequence[float], panel_key: str, folder: pathlib.Path) -> None:
-  """The fraction of runs whose ``name`` is at most each budget, against the budget: one
-  curve per setting, one panel per value of ``panel_key``; ``rate_<name>.png``."""
+  """The fraction of runs whose ``name`` is at most each budget, against the budget, with
+  its 95% Wilson interval shaded: one curve per setting, one panel per value of
+  ``panel_key``; ``rate_<name>.png``."""
   panels: dict[str, list] = {}
   for row in aggregated:
     label = ', '.join(str(row[k]) for k in keys if k != panel_key)
+    rates = [row[f'{name} <= {b}'] for b in budgets]
     panels.setdefault(f'{panel_key}={row.get(panel_key)}', []).append(
-        (budgets, [row[f'{name} <= {b}'] for b in budgets], dict(marker='o', label=label)))
+        (budgets, [r.successes / r.trials for r in rates], dict(marker='o', label=label),
+         ([r.low for r in rates], [r.high for r in rates])))
   _draw(folder / f'rate_{name}.png', panels, f'{name} at most (budget)', 'fraction of runs',
         'x')
 
 
 def _plot_curves(runs: Sequence[dict], keys: Sequence[str], name: str,
                  folder: pathlib.Path) -> None:
-  """The metric ``name`` of each run's metrics.jsonl against the step, one curve a run
-  labelled by its swept values; ``curve_<name>.png``."""
+  """The metric ``name`` of the runs' metrics.jsonl against the step, one curve a setting
+  labelled by its swept values (over seeds: the median at each step, the interquartile
+  range shaded); ``curve_<name>.png``."""
   curves = []
-  for run in runs:
-    lines = [line for line in records.read_metrics(folder / run['name']) if name in line]
-    if lines:
-      curves.append(([line['step'] for line in lines], [line[name] for line in lines],
-                     dict(label=', '.join(f'{k}={run["values"].get(k)}' for k in keys))))
+  for setting, members in _settings([dict(run['values'], run=run) for run in runs],
+                                    keys).items():
+    series = []
+    for member in members:
+      lines = records.read_metrics(folder / member['run']['name'])
+      series.append({line['step']: line[name] for line in lines if name in line})
+    steps = sorted({step for values in series for step in values})
+    if steps:
+      medians, lows, highs = _median_band(
+          [[values.get(step, math.nan) for step in steps] for values in series])
+      curves.append((steps, medians, dict(label=', '.join(f'{k}={v}' for k, v in setting)),
+                     *([(lows, highs)] if len(members) > 1 else [])))
   _draw(folder / f'curve_{name}.png', {'': curves}, 'step', name)
 
 
@@ -298,15 +475,22 @@ def write(runs: Sequence[dict], keys: Sequence[str], experiment: experiments.Exp
     heading += ('\n\nSet for every run on the command line: '
                 + ', '.join(f'{name}={value!r}' for name, value in command_line.items()) + '.')
   shown = {'status', 'seconds', *keys, *reported}
+  seeds = len({row.get('seed') for row in rows})
   table = _markdown([{c: v for c, v in row.items() if c in shown or '_profile_k' in c}
-                     for row in rows], heading)
+                     for row in rows],
+                    '\n\n'.join(filter(None, [heading, f'One run a row ({seeds} seed(s)).'])),
+                    experiment.positive)
   run_folder.write(folder / 'results.md', table)
   run_folder.write(folder / 'results.csv', _csv(rows))
   if 'seed' in keys and len(keys) > 1:
     budgets = [(plot[1], budget) for plot in experiment.plots if plot[0] == 'rate'
                for budget in plot[2]]
     aggregated = _over_seeds(rows, keys, reported, budgets)
-    run_folder.write(folder / 'results_over_seeds.md', _markdown(aggregated, heading))
+    run_folder.write(folder / 'results_over_seeds.md', _markdown(
+        aggregated, '\n\n'.join(filter(None, [
+            heading, 'One setting a row, over its seeds: a number is the median '
+            '[interquartile range] of the seeds where it is finite, a yes/no field the count '
+            'of yes with its 95% Wilson interval.'])), experiment.positive))
     run_folder.write(folder / 'results_over_seeds.csv', _csv(aggregated))
     for plot in experiment.plots:
       if plot[0] == 'rate':
@@ -321,4 +505,6 @@ def write(runs: Sequence[dict], keys: Sequence[str], experiment: experiments.Exp
       _plot_heatmaps(rows, keys, plot[1], plot[2], plot[3], folder)
     elif plot[0] == 'points':
       _plot_points(rows, plot[1], plot[2], plot[3], plot[4], folder)
+  for analysis in experiment.analyses:
+    analysis(runs, keys, folder, heading)
   return table

@@ -1,0 +1,63 @@
+"""The statistics of a sweep's tables: intervals, quartiles, bounds for underflow, escaping."""
+
+import csv
+import math
+
+import pytest
+
+from rnnjax.train import experiment
+from rnnjax.train import report
+
+
+def test_wilson_interval_of_4_of_5_and_of_none():
+  rate = report.wilson(4, 5)
+  assert (rate.successes, rate.trials) == (4, 5)
+  assert (round(rate.low, 2), round(rate.high, 2)) == (0.38, 0.96)  # the textbook interval
+  assert report.wilson(0, 5).low == 0.0 and round(report.wilson(0, 5).high, 3) == 0.434
+  assert math.isnan(report.wilson(0, 0).low)
+
+
+def test_spread_is_over_the_finite_numbers():
+  assert report.spread([1.0, 2.0, 3.0, 4.0, math.nan, None, math.inf]) == report.Spread(
+      2.5, 1.75, 3.25, 4)
+  assert report.spread([]).count == 0
+
+
+def test_fisher_exact_test():
+  # 5/5 against 0/5: p = 2 / C(10, 5) = 0.00794
+  assert report.fisher(report.wilson(5, 5), report.wilson(0, 5)) == pytest.approx(0.0079365,
+                                                                                   rel=1e-4)
+  assert report.fisher(report.wilson(3, 5), report.wilson(3, 5)) == pytest.approx(1.0)
+
+
+def test_an_underflowed_ratio_prints_as_a_bound_never_0():
+  assert report._format(0.0, report.bound()) == '< 1.2e-38'
+  assert report._format(0.0, report.bound('float64')) == '< 2.2e-308'
+  assert report._format(0.0) == '0'  # a count or a fraction: 0 is 0
+  assert report._format(report.Spread(0.0, 0.0, 1e-3, 5), report.bound()) == (
+      '< 1.2e-38 [< 1.2e-38, 0.001]')
+
+
+def test_cells_that_would_break_a_markdown_row_are_escaped():
+  table = report._markdown([{'name': 'a|b\nc', 'value': 1.0}], '')
+  assert table.splitlines()[2] == '| a\\|b c | 1.000 |'
+
+
+def test_a_rate_and_a_spread_in_markdown_and_csv():
+  rows = [{'T': 50, 'seeds': 5, 'success': report.wilson(4, 5),
+           'error': report.Spread(0.01, 0.005, 0.02, 5)}]
+  table = report._markdown(rows, '')
+  assert '| T | seeds | success: yes of n (95% CI) | error: median [IQR] |' in table
+  assert '| 50 | 5 | 4/5 (0.38-0.96) | 0.010 [0.005, 0.020] |' in table
+  flat, = csv.DictReader(report._csv(rows).splitlines())
+  assert (flat['success yes'], flat['success of'], flat['success rate']) == ('4', '5', '0.8')
+  assert flat['error median'] == '0.01' and flat['error q3'] == '0.02'
+
+
+@pytest.mark.parametrize('kind, name', [('fields', 'seconds'), ('fields', 'status'),
+                                        ('report', 'seconds')])
+def test_an_experiment_cannot_name_a_column_the_harness_writes(kind, name):
+  fields = {name: experiment.Field(0)} if kind == 'fields' else {}
+  report_fields = (name,) if kind == 'report' else ()
+  with pytest.raises(ValueError, match=f"'{name}' is a column the harness writes itself"):
+    experiment.Experiment(name='mine', task=None, fields=fields, report=report_fields)
