@@ -20,7 +20,7 @@ def test_wilson_interval_of_4_of_5_and_of_none():
 def test_spread_is_over_the_finite_numbers():
   assert report.spread([1.0, 2.0, 3.0, 4.0, math.nan, None, math.inf]) == report.Spread(
       2.5, 1.75, 3.25, 4)
-  assert report.spread([]).count == 0
+  assert report.spread([]).finite == 0
 
 
 def test_fisher_exact_test():

@@ -58,7 +58,7 @@ class Spread(NamedTuple):
   median: float
   q1: float
   q3: float
-  count: int
+  finite: int
 
 
 def wilson(successes: int, trials: int) -> Rate:
@@ -144,7 +144,7 @@ def _over_seeds(rows: list[dict], keys: Sequence[str], reported: Sequence[str],
     for name in reported:  # .get: a field no run has a value of has no column
       values = [m.get(name) for m in ended]
       if values and all(isinstance(v, bool) for v in values):
-        out[name] = wilson(sum(values), len(values))
+        out[name] = wilson(sum(bool(v) for v in values), len(values))
       elif any(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
         out[name] = spread(values)
     for name, budget in budgets:
@@ -170,7 +170,7 @@ def _format(value: Any, underflow: str = '') -> str:
       return '-'
     return f'{value.successes}/{value.trials} ({value.low:.2f}-{value.high:.2f})'
   if isinstance(value, Spread):
-    if value.count < 2:
+    if value.finite < 2:
       return _format(value.median, underflow)
     return (f'{_format(value.median, underflow)} [{_format(value.q1, underflow)}, '
             f'{_format(value.q3, underflow)}]')
@@ -200,9 +200,10 @@ def _markdown(rows: list[dict], heading: str, positive: Sequence[str] = ()) -> s
   measured = {when: [k for k in PROFILE_DISTANCES
                      if any(f'{when}_profile_k{k}' in row for row in rows)]
               for when in ('first', 'final')}
-  cells, names = [], {}
+  cells: list[dict[str, str]] = []
+  names: dict[str, str] = {}
   for row in rows:
-    dtype = row.get('dtype') if row.get('dtype') in ('float64', 'float16', 'bfloat16') else (
+    dtype = str(row['dtype']) if row.get('dtype') in ('float64', 'float16', 'bfloat16') else (
         'float32')
     cell = {}
     for column, value in row.items():
@@ -236,7 +237,7 @@ def _flat(row: dict) -> dict:
                   f'{column} low': value.low, f'{column} high': value.high})
     elif isinstance(value, Spread):
       out.update({f'{column} median': value.median, f'{column} q1': value.q1,
-                  f'{column} q3': value.q3, f'{column} n': value.count})
+                  f'{column} q3': value.q3, f'{column} n': value.finite})
     else:
       out[column] = value
   return out

@@ -442,6 +442,7 @@ def train(task: Task, configs: Sequence[ConfigDict], folders: Sequence[pathlib.P
 
   def validate(state: TrainState) -> dict[int, float]:
     """The validation loss of each run still going, by its index."""
+    assert task.validate is not None  # validated only where the task has one
     stopped = devices.to_host(state.stopped)
     params = unstack(devices.to_host(state.params), runs)
     return {i: float(task.validate(configs[i], params[i])) for i in range(runs)
@@ -534,7 +535,7 @@ def train(task: Task, configs: Sequence[ConfigDict], folders: Sequence[pathlib.P
         host.diverged[i])
     converged = bool(host.converged[i])
     start, last = (lines[i][0], lines[i][-1]) if lines[i] else ({}, {})
-    validated = {'converged_step': stopped_at if converged else None,
+    by_validation = {'converged_step': stopped_at if converged else None,
                  'validation_loss': float(host.validation[i]),
                  'final_learning_rate': float(host.opt_state.hyperparams['learning_rate'][i])
                  } if first.validate_every and task.validate else {}
@@ -543,7 +544,7 @@ def train(task: Task, configs: Sequence[ConfigDict], folders: Sequence[pathlib.P
         'steps_done': int(totals['steps_done']),
         'diverged_step': stopped_at if diverged else None,
         'solved_step': stopped_at if stopped_at and not (diverged or converged) else None,
-        **validated,
+        **by_validation,
         'skipped_steps': int(totals['skipped_steps']),
         'clipped_fraction': (0.0 if math.isnan(totals['clipped_fraction'])
                              else totals['clipped_fraction']),
