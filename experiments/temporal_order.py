@@ -40,8 +40,10 @@ from experiments import pascanu
 from rnnjax import cells
 from rnnjax import diagnostics
 from rnnjax import models
+from rnnjax import recurrence
 from rnnjax.data import synthetic
 from rnnjax.train import experiment
+from rnnjax.train import report
 from rnnjax.train import trainer
 
 MODES = ('fixed', 'range')
@@ -148,6 +150,162 @@ def task(config) -> trainer.Task:
                       solved=solved, solved_every=config.solved_every)
 
 
+GENERALIZED = 0.01  # error rate below which a network solves a length (the paper's success)
+PREDICTABLE, UNPREDICTABLE = -0.05, -0.01  # lambda_1 bounds of the generalization criterion
+DISTRACTOR_STREAMS, TRANSIENT, COUNTED = 8, 1024, 4096
+RELAXED_STEPS, FIXED_TOLERANCE, SAME_POINT = 3000, 1e-6, 1e-3
+
+
+def _ended(runs):
+  return [run for run in runs if run['summary'] and run['status'] in ('finished', 'diverged')]
+
+
+def distractor_exponent(cell) -> float:
+  """The largest Lyapunov exponent (nats a step) of the network on distractor-only streams:
+  the median over ``DISTRACTOR_STREAMS`` streams of uniform distractors (key 0) of the
+  exponent over ``COUNTED`` steps after a transient of ``TRANSIENT``."""
+  from rnnjax import lyapunov
+  symbols = jax.random.randint(jax.random.key(0), (DISTRACTOR_STREAMS, TRANSIENT + COUNTED),
+                               2, synthetic.TEMPORAL_ORDER_SYMBOLS)
+  inputs = jax.nn.one_hot(symbols, synthetic.TEMPORAL_ORDER_SYMBOLS)
+  initial = jnp.zeros((DISTRACTOR_STREAMS, cell['W_hh'].shape[0]))
+  exponents = jax.jit(lambda p, x, h: lyapunov.lyapunov_spectrum(
+      cells.elman('tanh'), p, x, h, 1, transient=TRANSIENT))(cell, inputs, initial)
+  return float(jnp.median(exponents[:, 0]))
+
+
+def fixed_points(params, key) -> tuple[int, int]:
+  """``(stable fixed points, of them reached from the task's sequences)`` of the network
+  under the mean distractor input (1/4 on each distractor), h -> tanh(x W_xh + h W_hh + b):
+  the end points after ``RELAXED_STEPS`` steps from 256 uniform states in [-1, 1]^H and from
+  the last states of 512 test sequences of T = 200, those within ``FIXED_TOLERANCE`` of a
+  fixed point, merged within ``SAME_POINT``, stable where the Jacobian's spectral radius is
+  below 1."""
+  import numpy as np
+  cell = params['cell']
+  hidden = cell['W_hh'].shape[0]
+  mean_input = jnp.zeros(synthetic.TEMPORAL_ORDER_SYMBOLS).at[2:].set(0.25)
+  drive = mean_input @ cell['W_xh'] + cell['b']
+  step = lambda h: jnp.tanh(drive + h @ cell['W_hh'])
+  inputs, _ = synthetic.temporal_order_pascanu(key, 512, 200)
+  _, task_states = recurrence.scan(cells.elman('tanh'), cell, inputs, jnp.zeros((512, hidden)))
+  starts = jnp.concatenate([jax.random.uniform(jax.random.fold_in(key, 1), (256, hidden),
+                                               minval=-1.0, maxval=1.0), task_states])
+  ends = jax.jit(lambda h: jax.lax.fori_loop(0, RELAXED_STEPS, lambda i, h: step(h), h))(starts)
+  ends, moved = np.asarray(ends), np.asarray(jnp.max(jnp.abs(step(ends) - ends), axis=1))
+  points, reached = [], set()
+  for i, (end, change) in enumerate(zip(ends, moved)):
+    if change > FIXED_TOLERANCE:
+      continue
+    index = next((j for j, point in enumerate(points)
+                  if np.max(np.abs(point - end)) < SAME_POINT), None)
+    if index is None:
+      points.append(end)
+      index = len(points) - 1
+    if i >= 256:
+      reached.add(index)
+  w_hh = np.asarray(cell['W_hh'])
+  stable = [j for j, point in enumerate(points) if np.max(np.abs(np.linalg.eigvals(
+      (1 - point ** 2)[:, None] * w_hh.T))) < 1]
+  return len(stable), len(reached & set(stable))
+
+
+def generalization(runs, keys, folder, heading) -> None:
+  """The tables of a sweep in mode 'range' with ``test_lengths``: ``generalization.md`` /
+  ``.csv``, a row a run (its error at each length with the 95% Wilson interval over the
+  10,000 test sequences, lambda_1 on distractors, fixed points), and ``criteria.md`` /
+  ``.csv``: the criteria of docs/studies/generalization.md."""
+  from rnnjax.train import checkpoints
+  del keys
+  measured = [run for run in _ended(runs) if run['config'].get('mode') == 'range'
+              and run['config'].get('test_lengths')]
+  if not measured:
+    return
+  rows = []
+  for run in measured:
+    summary, config = run['summary'], run['config']
+    _, params = checkpoints.final_params(folder / run['name'])
+    params = jax.tree_util.tree_map(jnp.asarray, params)
+    errors = {int(n): e for n, e in summary['test_error_by_length'].items()}
+    stable, reached = fixed_points(params, jax.random.key(1))
+    rows.append({'method': config['method'], 'omega_weight': config['omega_weight'],
+                 'flossing_weight': config['flossing_weight'], 'seed': config['seed'],
+                 'solved_step': summary.get('solved_step'),
+                 **{f'error T={n}': report.wilson(round(e * config['test_size']),
+                                                  config['test_size'])
+                    for n, e in sorted(errors.items())},
+                 'generalizes': all(e < GENERALIZED for e in errors.values()),
+                 'distractor lambda_1': distractor_exponent(params['cell']),
+                 'stable fixed points': stable, 'of them reached by the task': reached})
+  report.table(rows, '\n\n'.join(filter(None, [
+      heading, 'One run a row. error T=n: the test sequences of length n misclassified, of '
+      'all tested, with the 95% Wilson interval of the rate; generalizes: under 1% at every '
+      'length; distractor lambda_1: nats a step on distractor-only streams (4,096 steps '
+      'after 1,024); fixed points: of the map under the mean distractor input.'])), folder,
+      'generalization')
+  arms = {}
+  for row in rows:
+    arms.setdefault((row['method'], row['omega_weight'], row['flossing_weight']), []).append(row)
+  longest = max(int(c.split('=')[1]) for c in rows[0] if c.startswith('error T='))
+  solved_longest = {arm: report.wilson(sum(r[f'error T={longest}'].successes <
+                                           GENERALIZED * r[f'error T={longest}'].trials
+                                           for r in members), len(members))
+                    for arm, members in arms.items()}
+  criteria = [{'criterion': f'{arm[0]} (Omega {arm[1]:g}, flossing {arm[2]:g}): under 1% '
+                            'at every length', 'runs': report.wilson(
+                                sum(r['generalizes'] for r in members), len(members)),
+               'held (at least 4 of 5)': sum(r['generalizes'] for r in members) >= 4}
+              for arm, members in arms.items() if arm[1] > 0]
+  general = [r for r in rows if r['generalizes']]
+  other = [r for r in rows if not r['generalizes']]
+  criteria += [
+      {'criterion': 'generalizing networks: distractor lambda_1 < -0.05',
+       'runs': report.wilson(sum(r['distractor lambda_1'] < PREDICTABLE for r in general),
+                             len(general)),
+       'held (at least 4 of 5)': bool(general) and all(
+           r['distractor lambda_1'] < PREDICTABLE for r in general)},
+      {'criterion': 'the others: distractor lambda_1 >= -0.01',
+       'runs': report.wilson(sum(r['distractor lambda_1'] >= UNPREDICTABLE for r in other),
+                             len(other)),
+       'held (at least 4 of 5)': bool(other) and all(
+           r['distractor lambda_1'] >= UNPREDICTABLE for r in other)}]
+  if len(solved_longest) == 2:
+    (first, a), (second, b) = solved_longest.items()
+    criteria.append({'criterion': f'under 1% at T = {longest}: {first[0]} {a.successes}/'
+                                  f'{a.trials} against {second[0]} {b.successes}/{b.trials}, '
+                                  "Fisher's exact test p", 'runs': report.fisher(a, b)})
+  report.table(criteria, '\n\n'.join(filter(None, [heading, 'The criteria of the page.'])),
+               folder, 'criteria')
+
+
+def omega_weights(runs, keys, folder, heading) -> None:
+  """``omega_weights.md`` / ``.csv`` of a sweep in mode 'fixed' with MSGD-CR at several
+  weights: per T and init, the runs solved at each weight (95% Wilson interval) and Fisher's
+  exact test of the first two weights."""
+  del keys
+  cells: dict[tuple, dict[float, list[bool]]] = {}
+  for run in _ended(runs):
+    config = run['config']
+    if config.get('mode') == 'fixed' and config['method'] == 'MSGD-CR':
+      cells.setdefault((config['length'], config['init']), {}).setdefault(
+          config['omega_weight'], []).append(bool(run['summary'].get('success')))
+  if len({w for weights in cells.values() for w in weights}) < 2:
+    return
+  rows = []
+  for (length, init), by_weight in sorted(cells.items()):
+    rates = {w: report.wilson(sum(v), len(v)) for w, v in sorted(by_weight.items())}
+    row = {'length': length, 'init': init,
+           **{f'solved at Omega {w:g}': rate for w, rate in rates.items()}}
+    if len(rates) >= 2:
+      first, second = list(rates.values())[:2]
+      row["Fisher's exact test p"] = report.fisher(first, second)
+    rows.append(row)
+  report.table(rows, '\n\n'.join(filter(None, [
+      heading, 'MSGD-CR at each weight of Omega: runs solved within the budget of the '
+      "5 seeds, with the 95% Wilson interval; Fisher's exact test (two-sided) of the two "
+      'weights.'])), folder, 'omega_weights')
+
+
 def check(config) -> None:
   """The rules between fields: max_length >= min_length, test_size a multiple of
   test_chunk, the method's clipping and omega_weight (``pascanu.check_method``).
@@ -207,4 +365,5 @@ EXPERIMENT = experiment.Experiment(
             'first_largest_lyapunov_exponent', 'final_largest_lyapunov_exponent'),
     vmappable=('seed', 'init'),  # both inits are tanh networks of the same shapes
     plots=(('heatmap', 'success', 'length', ('init',)), ('profile', 'method'),
-           ('rate', 'solved_step', (10_000, 25_000, 50_000, 100_000, 200_000), 'length')))
+           ('rate', 'solved_step', (10_000, 25_000, 50_000, 100_000, 200_000), 'length')),
+    analyses=(generalization, omega_weights))

@@ -47,7 +47,7 @@ def test_a_rate_and_a_spread_in_markdown_and_csv():
   rows = [{'T': 50, 'seeds': 5, 'success': report.wilson(4, 5),
            'error': report.Spread(0.01, 0.005, 0.02, 5)}]
   table = report._markdown(rows, '')
-  assert '| T | seeds | success: yes of n (95% CI) | error: median [IQR] |' in table
+  assert '| T | seeds | success: k of n (95% CI) | error: median [IQR] |' in table
   assert '| 50 | 5 | 4/5 (0.38-0.96) | 0.010 [0.005, 0.020] |' in table
   flat, = csv.DictReader(report._csv(rows).splitlines())
   assert (flat['success yes'], flat['success of'], flat['success rate']) == ('4', '5', '0.8')

@@ -515,7 +515,7 @@ def get_sweep():
   assert f'16 to train in {4 * min(processes, 4)} job(s) on {processes} process(es)' in output
   over_seeds = (tmp_path / 'long_range' / 'results_over_seeds.md').read_text()
   assert over_seeds.count('\n| ') == 2 * 2 * 2 + 1  # header + T x init x clipping
-  assert ('| seeds | diverged | failed | test_error: median [IQR] | success: yes of n (95% CI) |'
+  assert ('| seeds | diverged | failed | test_error: median [IQR] | success: k of n (95% CI) |'
           in over_seeds)
   heatmaps = sorted(p.name for p in (tmp_path / 'long_range').glob('heatmap_*.png'))
   assert heatmaps == ['heatmap_clipping=global_norm.png', 'heatmap_clipping=none.png']

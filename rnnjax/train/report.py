@@ -162,7 +162,7 @@ def _number(value: float) -> str:
 
 
 def _format(value: Any, underflow: str = '') -> str:
-  """A table cell: yes/no, '-' for NaN, ``underflow`` (a bound) for an exact 0 where given,
+  """A table cell: yes/no, '-' for NaN and None, ``underflow`` (a bound) for an exact 0 where given,
   k/n (low-high) for a ``Rate``, median [q1, q3] for a ``Spread`` of several runs, and text
   with the characters that would break a Markdown row (| and line ends) escaped."""
   if isinstance(value, Rate):
@@ -176,6 +176,8 @@ def _format(value: Any, underflow: str = '') -> str:
             f'{_format(value.q3, underflow)}]')
   if isinstance(value, bool):
     return 'yes' if value else 'no'
+  if value is None:
+    return '-'
   if isinstance(value, float):
     if math.isnan(value):
       return '-'
@@ -188,7 +190,7 @@ def _format(value: Any, underflow: str = '') -> str:
 def _header(column: str, value: Any) -> str:
   """A column's name in a Markdown table, saying what a statistic over seeds holds."""
   if isinstance(value, Rate):
-    return f'{column}' if ' <= ' in column else f'{column}: yes of n (95% CI)'
+    return f'{column}' if ' <= ' in column else f'{column}: k of n (95% CI)'
   if isinstance(value, Spread):
     return f'{column}: median [IQR]'
   return column
