@@ -3,12 +3,14 @@
   python -m launch.remeasure [--studies=char_lm,temporal_order] [--workdir=results/remeasure]
 
 Each study is its config's sweep (``python -m launch.sweep``, with the budget its config's
-docstring states); its table, headed by the commit and date it was measured at, is copied to
-docs/results/<study>.md with its plots beside it (docs/results/<study>/), and the main job's
-table also into the README, once every study has run (a table copied in earlier would mark
-the next study's commit '+changes'). A study whose sweep fails keeps its old table. Studies that
-ended are not trained again when the command is run again (the sweep's own rule), so a long
-study can be measured in pieces.
+docstring states); its page's table, headed by the commit and date it was measured at, is
+copied to docs/results/<study>.md, and every table (Markdown and CSV, the analyses' too, but
+a file over ``LARGEST`` bytes) and plot the sweep wrote to docs/results/<study>/; the main
+job's table also into the README, once every study has run (a table copied in earlier would
+mark the next study's commit '+changes'). A study whose sweep fails keeps its old tables.
+Studies that ended are not trained again when the command is run again (the sweep's own
+rule), so a long study can be measured in pieces, and its tables written anew by the code of
+today.
 """
 
 import pathlib
@@ -25,31 +27,40 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 # study -> (config file, extra sweep flags, the table its page shows)
 STUDIES = {
     'char_lm': ('char_lm.py', (), 'results.md'),
-    'gradient_norms': ('gradient_norms.py', (), 'results_over_seeds.md'),
+    'gradient_norms': ('gradient_norms.py', ('--max_group_size=64',), 'gradient_theory.md'),
     'long_range': ('long_range.py', (), 'results_over_seeds.md'),
     'adding_irnn': ('adding_irnn.py', ('--max_group_size=1',), 'results_over_seeds.md'),
     'temporal_order': ('temporal_order.py', ('--max_group_size=1',), 'results_over_seeds.md'),
-    'temporal_order_generalization': ('temporal_order_generalization.py', (), 'results.md'),
+    'temporal_order_generalization': ('temporal_order_generalization.py', (),
+                                      'generalization.md'),
+    'temporal_order_omega': ('temporal_order_omega.py', ('--max_group_size=1',),
+                             'omega_weights.md'),
     'flossing': ('flossing.py', ('--max_group_size=1',), 'results_over_seeds.md'),
-    'ptb_chars': ('ptb_chars.py', (), 'results.md'),
+    'ptb_chars_learning_rate': ('ptb_chars_learning_rate.py', (), 'results.md'),
+    'ptb_chars': ('ptb_chars.py', (), 'results_over_seeds.md'),
+    'ptb_words': ('ptb_words.py', (), 'results_over_seeds.md'),
     'bpe_lm': ('bpe_lm.py', (), 'results.md'),
     'classify': ('classify.py', (), 'results.md'),
     'seq2seq': ('seq2seq.py', (), 'results.md'),
-    'parallel_in_time': ('parallel_in_time.py', (), 'results.md'),
+    'parallel_in_time': ('parallel_in_time.py', ('--max_group_size=64',), 'predictability.md'),
 }
 flags.DEFINE_list('studies', list(STUDIES), f'Which studies, of {", ".join(STUDIES)}.')
 flags.DEFINE_string('workdir', 'results/remeasure', 'Where the studies\' sweeps run.')
 
 
+LARGEST = 300_000  # bytes: a larger table stays in the workdir (a per-run CSV of 1,000s of runs)
+
+
 def publish(study: str, workdir: pathlib.Path, table: str) -> None:
-  """Copies a study's table and plots into docs/results (and the main job's into the README)."""
+  """Copies a study's tables and plots into docs/results (and the main job's into the README)."""
   text = (workdir / table).read_text()
   (ROOT / 'docs' / 'results' / f'{study}.md').write_text(text)
-  plots = ROOT / 'docs' / 'results' / study
-  shutil.rmtree(plots, ignore_errors=True)
-  for plot in workdir.glob('*.png'):
-    plots.mkdir(exist_ok=True)
-    shutil.copy(plot, plots / plot.name)
+  files = ROOT / 'docs' / 'results' / study
+  shutil.rmtree(files, ignore_errors=True)
+  for path in sorted(workdir.iterdir()):
+    if path.suffix in ('.png', '.md', '.csv') and path.stat().st_size <= LARGEST:
+      files.mkdir(exist_ok=True)
+      shutil.copy(path, files / path.name)
   if study == 'char_lm':
     readme = ROOT / 'README.md'
     readme.write_text(re.sub(r'(<!-- main job table -->\n).*?(<!-- end of the main job table -->)',
