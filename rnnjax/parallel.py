@@ -116,7 +116,6 @@ from typing import cast
 
 import jax
 import jax.numpy as jnp
-import jax.scipy.linalg
 import numpy as np
 
 from rnnjax import cells
@@ -161,6 +160,45 @@ def _compose_diagonals(earlier: _Pair, later: _Pair) -> _Pair:
   return a_earlier * a_later, u_earlier * a_later + u_later
 
 
+def _inverse(matrices: jax.Array) -> jax.Array:
+  """The inverse of each ``[..., n, n]`` matrix, by Gauss-Jordan elimination with partial
+  pivoting in plain array operations (n steps, each on the whole batch).
+
+  Not ``jnp.linalg`` or ``jax.scipy.linalg``: on XLA:CPU those are LAPACK calls, and jaxlib
+  0.10.0-0.10.2 run a batched LAPACK call as chunks on the intra-op thread pool, each chunk
+  blocking a pool thread until the call ends; where a program runs several such calls at once
+  (the filter's elements, every level of the parallel scan) every thread of a small pool waits
+  and the process hangs (H = 16, T = 1,024 on 2 cores).
+
+  References:
+    Golub & Van Loan (2013), "Matrix computations", 4th ed., sections 3.2 (Gaussian
+    elimination, partial pivoting) and 3.4.
+  """
+  size = matrices.shape[-1]
+  rows = jnp.arange(size)
+  eye = jnp.eye(size, dtype=matrices.dtype)
+
+  def eliminate(k: jax.Array, augmented: jax.Array) -> jax.Array:
+    column = jnp.take(augmented, k, axis=-1)[..., :size]  # [..., n] of the left block
+    candidates = jnp.where(rows >= k, jnp.abs(column), -1.0)
+    # the first row of the largest candidate, one-hot (no argmax: its index dtype follows the
+    # x64 flag, which ``elman_deer`` traces this under)
+    largest = candidates == jnp.max(candidates, axis=-1, keepdims=True)
+    is_pivot = largest & (jnp.cumsum(largest.astype(matrices.dtype), axis=-1) == 1)
+    is_k = rows == k  # [..., n] one-hot rows
+    row_k = jnp.take(augmented, k, axis=-2)  # [..., 2n]
+    row_pivot = jnp.sum(jnp.where(is_pivot[..., None], augmented, 0.0), axis=-2)
+    swapped = augmented + ((is_k.astype(augmented.dtype) - is_pivot.astype(augmented.dtype)
+                            )[..., None] * (row_pivot - row_k)[..., None, :])
+    row = row_pivot / jnp.take(row_pivot, k, axis=-1)[..., None]  # the pivot row, scaled
+    factors = jnp.where(is_k, 0.0, jnp.take(swapped, k, axis=-1))  # [..., n]
+    eliminated = swapped - factors[..., None] * row[..., None, :]
+    return jnp.where(is_k[..., None], row[..., None, :], eliminated)
+
+  augmented = jnp.concatenate([matrices, jnp.broadcast_to(eye, matrices.shape)], axis=-1)
+  return jax.lax.fori_loop(0, size, eliminate, augmented)[..., size:]
+
+
 def _compose_filter_matrices(earlier: _Element, later: _Element) -> _Element:
   """Two elements of the parallel Kalman filter, full covariances (column layout).
 
@@ -182,12 +220,12 @@ def _compose_filter_matrices(earlier: _Element, later: _Element) -> _Element:
   mv = lambda m, v: jnp.einsum('...ij,...j->...i', m, v, precision=HIGHEST)
   transpose = lambda m: jnp.swapaxes(m, -1, -2)
   size = a_i.shape[-1]
-  # one LU of I + C_i J_j for M and (its transpose) M^T
-  factors = jax.scipy.linalg.lu_factor(jnp.eye(size, dtype=a_i.dtype) + mm(c_i, j_j))
-  forward = jax.scipy.linalg.lu_solve(factors, jnp.concatenate(
+  # M = (I + C_i J_j)^-1 once, for M and M^T (no LAPACK call: ``_inverse``)
+  inverse = _inverse(jnp.eye(size, dtype=a_i.dtype) + mm(c_i, j_j))
+  forward = mm(inverse, jnp.concatenate(
       [a_i, (b_i + mv(c_i, eta_j))[..., None], mm(c_i, transpose(a_j))], axis=-1))
-  backward = jax.scipy.linalg.lu_solve(factors, jnp.concatenate(
-      [(eta_j - mv(j_j, b_i))[..., None], mm(j_j, a_i)], axis=-1), trans=1)
+  backward = mm(transpose(inverse), jnp.concatenate(
+      [(eta_j - mv(j_j, b_i))[..., None], mm(j_j, a_i)], axis=-1))
   a = mm(a_j, forward[..., :size])
   b = mv(a_j, forward[..., size]) + b_j
   c = mm(a_j, forward[..., size + 1:]) + c_j

@@ -78,6 +78,19 @@ def test_damped_step_is_the_filtered_least_squares_mean():
       np.testing.assert_allclose(got[-1], got[-3], rtol=1e-12)  # the padding carries the state
 
 
+def test_filter_inverse_equals_numpy_where_rows_must_be_exchanged():
+  """The filter's (I + C J)^-1 is Gauss-Jordan in array operations, not a LAPACK call (jaxlib
+  0.10's batched LAPACK calls hang where several run at once): numpy's inverse, on a batch
+  holding matrices with a zero pivot and a tiny one."""
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(0)
+    matrices = rng.normal(size=(4, 3, 5, 5))
+    matrices[0, 0] = np.eye(5)[[1, 0, 2, 3, 4]]  # a zero on the diagonal
+    matrices[1, 2, 0, 0] = 1e-14
+    got = jax.jit(parallel._inverse)(jnp.asarray(matrices))
+    np.testing.assert_allclose(got, np.linalg.inv(matrices), rtol=1e-9, atol=1e-11)
+
+
 @pytest.mark.parametrize('method', DAMPED)
 def test_states_equal_sequential_scan(method):
   for radius in (0.5, 1.0, 1.5):
