@@ -4,7 +4,7 @@
       [--config.spectral_radius=1.1 ...] [--overwrite]
 """
 
-from rnnjax.train import commands
+from rnnjax import extras
 
 if __name__ == '__main__':
-  commands.run_main()
+  extras.run_main()  # as the installed rnnjax-run: [train] checked first

@@ -6,7 +6,7 @@
       --executor=slurm --slurm.slurm_partition=debug --slurm.timeout_min=60
 """
 
-from rnnjax.train import commands
+from rnnjax import extras
 
 if __name__ == '__main__':
-  commands.sweep_main()
+  extras.sweep_main()  # as the installed rnnjax-sweep: [train] checked first

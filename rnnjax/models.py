@@ -21,11 +21,17 @@ the params for bfloat16), casting inputs and initial state to it; lengths
 may be a list; padded steps reach no output or gradient; T = 0 and B = 0 are
 valid. Token ids are checked to lie in [0, V) when concrete (not under
 ``jit``): a negative id would read the last embedding row.
+
+Needs the [flax] extra (``pip install 'rnnjax[flax]'``; ``rnnjax[train]`` has it too).
 """
 
 from typing import Any
 
-import flax.linen as nn
+from rnnjax import extras
+
+extras.require('flax', 'rnnjax.models')
+
+import flax.linen as nn  # noqa: E402 -- after the check, which names the extra to install
 import jax
 import jax.numpy as jnp
 import optax

@@ -9,13 +9,20 @@ its own (a user-defined symbol), never confused with the unknown id.
 References:
   Sennrich, Haddow & Birch (2016), "Neural machine translation of rare words
   with subword units"; Kudo & Richardson (2018), sentencepiece.
+
+Needs the [data] extra (``pip install 'rnnjax[data]'``).
 """
 
 from collections.abc import Iterable, Sequence
 import io
 
 import numpy as np
-import sentencepiece
+
+from rnnjax import extras
+
+extras.require('data', 'rnnjax.data.subwords')
+
+import sentencepiece  # noqa: E402 -- after the check, which names the extra to install
 
 __all__ = ['BOS', 'EOS', 'PAD', 'UNK', 'encode_lines', 'train_bpe']
 
