@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # the names as the type checker sees them; at run time ``__ge
   from rnnjax.diagnostics import (gradient_norm_profile, growth_rate, jacobian_product_norms,
                                   norm_table, state_gradients)
   from rnnjax.evaluation import cross_entropy, perplexity
-  from rnnjax.fused import checkpointed_elman_layer, elman_layer
+  from rnnjax.fused import checkpointed_elman_layer, elman_layer, elman_layer_with
   from rnnjax.gradient_tables import gradient_norm_table
   from rnnjax.initializers import gaussian_at_radius, orthogonal_at_radius, spectral_radius
   from rnnjax.lyapunov import flossing_loss, lyapunov_spectrum
@@ -56,7 +56,7 @@ _NAMES = {  # name -> the module that defines it
     **dict.fromkeys(('elman', 'elman_cell', 'gru_cell', 'lstm_cell', 'init_elman', 'init_gru',
                      'init_lstm'), 'cells'),
     **dict.fromkeys(('scan', 'truncated_scan'), 'recurrence'),
-    **dict.fromkeys(('elman_layer', 'checkpointed_elman_layer'), 'fused'),
+    **dict.fromkeys(('elman_layer', 'elman_layer_with', 'checkpointed_elman_layer'), 'fused'),
     'elman_deer': 'parallel',
     **dict.fromkeys(('stack', 'bidirectional', 'init_stack'), 'combinators'),
     **dict.fromkeys(('spectral_radius', 'gaussian_at_radius', 'orthogonal_at_radius'),

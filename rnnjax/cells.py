@@ -18,7 +18,12 @@ reads whichever of ``b`` and ``b_hh`` its params hold.
 
 Every cell computes in its params' floating dtype: ``x`` and the carry are
 cast to it and the new carry comes back in it (the rule of every path,
-``rnnjax.recurrence``). Each cell checks, before any work, that ``x`` is a
+``recurrence.in_params_dtype``); every ``init_*`` takes the params' ``dtype``.
+Each cell has a ``zero_state(params, batch_size)`` attribute, the zero carry
+in the params' dtype, which the recurrences use where no initial state is
+given (``recurrence.zero_state``). ``elman(activation)`` is a value: equal
+(and hashing equal) for equal activations, so a ``jax.jit`` that takes the
+cell as a static argument compiles once for it. Each cell checks, before any work, that ``x`` is a
 floating array of d features and that the carry is the kind it carries
 (Elman, GRU: one array; LSTM: an ``(h, c)`` pair) with the batch axes of
 ``x`` (or none) and H units, and raises a ValueError naming ``inputs`` or
@@ -33,13 +38,13 @@ References:
 """
 
 from collections.abc import Callable, Mapping
-import functools
+import dataclasses
 import math
 import numbers
-from typing import Any
+from typing import Any, TypeVar
 
 import jax
-from jax.typing import ArrayLike
+from jax.typing import ArrayLike, DTypeLike
 import jax.numpy as jnp
 import numpy as np
 
@@ -47,9 +52,9 @@ from rnnjax import initializers
 from rnnjax import recurrence
 
 __all__ = [
-    'ACTIVATIONS', 'Activation', 'Params', 'RECURRENT_INITS', 'activation_derivative',
-    'activation_function', 'bias', 'elman', 'elman_cell', 'gru_cell', 'init_elman', 'init_gru',
-    'init_lstm', 'lstm_cell',
+    'ACTIVATIONS', 'Activation', 'ElmanCell', 'Params', 'RECURRENT_INITS',
+    'activation_derivative', 'activation_function', 'bias', 'elman', 'elman_cell', 'gru_cell',
+    'init_elman', 'init_gru', 'init_lstm', 'lstm_cell',
 ]
 
 Params = Mapping[str, Any]
@@ -65,6 +70,24 @@ RECURRENT_INITS = ('gaussian', 'orthogonal', 'identity', 'uniform')
 
 _GATES = {'elman': 1, 'gru': 3, 'lstm': 4}  # blocks of H in the weights' second axis
 _BIASES = ('b', 'b_hh')
+
+_Cell = TypeVar('_Cell', bound=Callable[..., Any])
+
+
+def _zeros(params: Params, batch_size: int, weight: str) -> jax.Array:
+  """``[B, H]`` zeros in the params' dtype (float32 for params without a float), H the rows
+  of ``params[weight]``."""
+  dtype = recurrence.compute_dtype(params) or jnp.dtype(jnp.float32)
+  return jnp.zeros((batch_size, jnp.shape(params[weight])[0]), dtype)
+
+
+def _carrying(zero_state: Callable[[Params, int], Any]) -> Callable[[_Cell], _Cell]:
+  """Gives a cell function its ``zero_state(params, batch_size) -> carry``
+  (``recurrence.zero_state``)."""
+  def attach(cell: _Cell) -> _Cell:
+    setattr(cell, 'zero_state', zero_state)
+    return cell
+  return attach
 
 
 def activation_function(activation: Activation) -> Callable[[jax.Array], jax.Array]:
@@ -157,12 +180,13 @@ def check_step(name: str, params: Params, carry: Any, x_shape: tuple[int, ...],
 
 
 def _in_params_dtype(params: Params, x: ArrayLike, carry: Any) -> tuple[jax.Array, Any]:
-  """``(x, carry)`` cast to the params' dtype (``recurrence.compute_dtype``), after
+  """``(x, carry)`` cast to the params' dtype (``recurrence.in_params_dtype``), after
   checking that ``x`` is floating."""
   recurrence.check_floating('inputs', x)
-  return recurrence.cast_floating((x, carry), recurrence.compute_dtype(params))
+  return recurrence.in_params_dtype(params, (x, carry))
 
 
+@_carrying(lambda params, batch_size: _zeros(params, batch_size, 'W_hh'))
 def elman_cell(params: Params, carry: ArrayLike, x: ArrayLike,
                activation: Activation = 'tanh') -> tuple[jax.Array, jax.Array]:
   """One step of the Elman network, in the params' dtype.
@@ -238,7 +262,27 @@ def bias(params: Params) -> jax.Array:
   return present[0] + present[1] if len(present) == 2 else present[0]
 
 
-def elman(activation: Activation = 'tanh') -> Callable[..., tuple[jax.Array, jax.Array]]:
+@dataclasses.dataclass(frozen=True)
+class ElmanCell:
+  """``elman_cell`` with its activation bound: ``cell(params, carry [B, H], x [B, d]) ->
+  (h_t, h_t)``, each ``[B, H]`` in the params' dtype.
+
+  A frozen value: two cells of the same activation are equal and hash equal, so the cell
+  can be a static argument of ``jax.jit`` (one compile for all calls that pass an equal
+  cell). Make one with ``elman(activation)``, which checks the activation.
+  """
+  activation: Activation = 'tanh'
+
+  def __call__(self, params: Params, carry: ArrayLike, x: ArrayLike
+               ) -> tuple[jax.Array, jax.Array]:
+    return elman_cell(params, carry, x, self.activation)
+
+  def zero_state(self, params: Params, batch_size: int) -> jax.Array:
+    """``<float>[B, H]`` zeros in the params' dtype, the carry at step 0."""
+    return _zeros(params, batch_size, 'W_hh')
+
+
+def elman(activation: Activation = 'tanh') -> ElmanCell:
   """``elman_cell`` with its activation bound, ready to scan.
 
   Args:
@@ -246,13 +290,36 @@ def elman(activation: Activation = 'tanh') -> Callable[..., tuple[jax.Array, jax
 
   Returns:
     ``cell(params, carry <float>[..., H], x <float>[..., d]) -> (h_t, h_t)``,
-    h_t ``<float>[..., H]`` in the params' dtype (``elman_cell``).
+    h_t ``<float>[..., H]`` in the params' dtype (``elman_cell``): an
+    ``ElmanCell``, equal and hashing equal for equal activations (a static
+    argument of ``jax.jit`` compiles once).
 
   Raises:
     ValueError: if ``activation`` is neither a name of ``ACTIVATIONS`` nor callable.
   """
   activation_function(activation)
-  return functools.partial(elman_cell, activation=activation)
+  return ElmanCell(activation)
+
+
+def _floating(dtype: Any) -> np.dtype:
+  """``dtype`` as a numpy dtype: floating, and one JAX holds (float64 needs x64 on);
+  otherwise a ValueError naming ``dtype``."""
+  try:
+    value = jnp.dtype(dtype)
+  except TypeError:
+    value = None
+  if value is None or not jnp.issubdtype(value, jnp.floating):
+    raise ValueError(f'dtype: expected a floating dtype (float32, float64, bfloat16, '
+                     f'float16), got {dtype!r}')
+  if jax.dtypes.canonicalize_dtype(value) != value:  # float64 without x64
+    raise ValueError(f'dtype: expected a dtype JAX holds ({value} needs x64: '
+                     f'jax.config.update("jax_enable_x64", True)), got {value}')
+  return value
+
+
+def _cast(params: dict[str, jax.Array], dtype: np.dtype) -> dict[str, jax.Array]:
+  """Each of ``params`` (drawn in float32) in ``dtype``."""
+  return {name: value.astype(dtype) for name, value in params.items()}
 
 
 def _check_sizes(input_size: Any, hidden_size: Any, biases: Any) -> None:
@@ -265,7 +332,8 @@ def _check_sizes(input_size: Any, hidden_size: Any, biases: Any) -> None:
 
 def init_elman(key: jax.Array, input_size: int, hidden_size: int,
                recurrent_init: str = 'gaussian', radius: ArrayLike = 1.0,
-               input_scale: float | None = None, biases: int = 1) -> dict[str, jax.Array]:
+               input_scale: float | None = None, biases: int = 1,
+               dtype: DTypeLike = jnp.float32) -> dict[str, jax.Array]:
   """Parameters of an Elman cell.
 
   Args:
@@ -282,16 +350,19 @@ def init_elman(key: jax.Array, input_size: int, hidden_size: int,
       'uniform' W_xh is PyTorch's uniform too.
     biases: 0 (no bias, PyTorch's ``bias=False``), 1 (``b``) or 2 (``b`` and
       ``b_hh``, as PyTorch; they are summed).
+    dtype: the params' floating dtype (float32; float64 with x64 on;
+      bfloat16, float16), the dtype every path computes in with them. Drawn
+      in float32 and cast, so every dtype holds the same draw, rounded.
 
   Returns:
-    ``{'W_xh': <float32>[d, H], 'W_hh': <float32>[H, H], 'b': <float32>[H]}``
+    ``{'W_xh': <dtype>[d, H], 'W_hh': <dtype>[H, H], 'b': <dtype>[H]}``
     (no ``'b'`` with biases=0, and ``'b_hh': [H]`` with biases=2); biases
     are 0 (uniform: U(+-1/sqrt(H)) each).
 
   Raises:
     ValueError: for a size that is not an int >= 1, biases not 0, 1 or 2, a
-      radius or input_scale that is not a finite value >= 0, or an unknown
-      init name.
+      radius or input_scale that is not a finite value >= 0, an unknown init
+      name, or a dtype that is not floating (or float64 without x64).
 
   References:
     Pascanu, Mikolov & Bengio (2013), "On the difficulty of training
@@ -299,6 +370,7 @@ def init_elman(key: jax.Array, input_size: int, hidden_size: int,
     the initializers: ``rnnjax.initializers``.
   """
   _check_sizes(input_size, hidden_size, biases)
+  dtype = _floating(dtype)
   input_size, hidden_size = int(input_size), int(hidden_size)
   initializers.check_radius('radius', radius)  # also for 'uniform', which ignores it
   if input_scale is not None and (isinstance(input_scale, (bool, np.bool_)) or not isinstance(
@@ -312,7 +384,7 @@ def init_elman(key: jax.Array, input_size: int, hidden_size: int,
     }
     for name, bias_key in list(zip(_BIASES, (key_b, key_b2)))[:biases]:
       params[name] = initializers.pytorch_uniform(bias_key, (hidden_size,), hidden_size)
-    return params
+    return _cast(params, dtype)
   if recurrent_init == 'gaussian':
     w_hh = initializers.gaussian_at_radius(key_h, hidden_size, radius)
   elif recurrent_init == 'orthogonal':
@@ -328,7 +400,7 @@ def init_elman(key: jax.Array, input_size: int, hidden_size: int,
   }
   for name in _BIASES[:biases]:
     params[name] = jnp.zeros((hidden_size,), jnp.float32)
-  return params
+  return _cast(params, dtype)
 
 
 def _gate_preactivations(params: Params, x: jax.Array, h: jax.Array
@@ -343,6 +415,7 @@ def _gate_preactivations(params: Params, x: jax.Array, h: jax.Array
   return from_input, from_state
 
 
+@_carrying(lambda params, batch_size: _zeros(params, batch_size, 'W_h'))
 def gru_cell(params: Params, carry: ArrayLike, x: ArrayLike) -> tuple[jax.Array, jax.Array]:
   """One GRU step, PyTorch's equations and gate order (r, z, n), in the params' dtype.
 
@@ -382,6 +455,7 @@ def gru_cell(params: Params, carry: ArrayLike, x: ArrayLike) -> tuple[jax.Array,
   return new, new
 
 
+@_carrying(lambda params, batch_size: (_zeros(params, batch_size, 'W_h'),) * 2)
 def lstm_cell(params: Params, carry: tuple[ArrayLike, ArrayLike], x: ArrayLike
               ) -> tuple[tuple[jax.Array, jax.Array], jax.Array]:
   """One LSTM step, PyTorch's gate order (i, f, g, o); carry ``(h, c)``; in the params' dtype.
@@ -416,20 +490,21 @@ def lstm_cell(params: Params, carry: tuple[ArrayLike, ArrayLike], x: ArrayLike
   return (h, c), h
 
 
-def _init_gated(key: jax.Array, input_size: int, hidden_size: int, blocks: int, biases: int
-                ) -> dict[str, jax.Array]:
+def _init_gated(key: jax.Array, input_size: int, hidden_size: int, blocks: int, biases: int,
+                dtype: DTypeLike) -> dict[str, jax.Array]:
   _check_sizes(input_size, hidden_size, biases)
+  dtype = _floating(dtype)
   keys = jax.random.split(key, 4)
   uniform = lambda k, shape: initializers.pytorch_uniform(k, shape, hidden_size)
   params = {'W_x': uniform(keys[0], (input_size, blocks * hidden_size)),
             'W_h': uniform(keys[1], (hidden_size, blocks * hidden_size))}
   for name, bias_key in list(zip(_BIASES, keys[2:]))[:biases]:
     params[name] = uniform(bias_key, (blocks * hidden_size,))
-  return params
+  return _cast(params, dtype)
 
 
-def init_gru(key: jax.Array, input_size: int, hidden_size: int, biases: int = 2
-             ) -> dict[str, jax.Array]:
+def init_gru(key: jax.Array, input_size: int, hidden_size: int, biases: int = 2,
+             dtype: DTypeLike = jnp.float32) -> dict[str, jax.Array]:
   """GRU params, PyTorch's init U(+-1/sqrt(H)).
 
   Args:
@@ -437,19 +512,21 @@ def init_gru(key: jax.Array, input_size: int, hidden_size: int, biases: int = 2
     input_size: d.
     hidden_size: H.
     biases: 0 (none), 1 (``b``) or 2 (``b`` and ``b_hh``, PyTorch's layout).
+    dtype: the params' floating dtype, as ``init_elman`` (drawn in float32, cast).
 
   Returns:
-    ``{'W_x': <float32>[d, 3H], 'W_h': <float32>[H, 3H], 'b': <float32>[3H],
-    'b_hh': <float32>[3H]}`` (the biases as ``biases`` asks).
+    ``{'W_x': <dtype>[d, 3H], 'W_h': <dtype>[H, 3H], 'b': <dtype>[3H],
+    'b_hh': <dtype>[3H]}`` (the biases as ``biases`` asks).
 
   Raises:
-    ValueError: for a size < 1 or biases not in (0, 1, 2).
+    ValueError: for a size < 1, biases not in (0, 1, 2), or a dtype that is not floating
+      (or float64 without x64).
   """
-  return _init_gated(key, input_size, hidden_size, 3, biases)
+  return _init_gated(key, input_size, hidden_size, 3, biases, dtype)
 
 
-def init_lstm(key: jax.Array, input_size: int, hidden_size: int, biases: int = 2
-              ) -> dict[str, jax.Array]:
+def init_lstm(key: jax.Array, input_size: int, hidden_size: int, biases: int = 2,
+              dtype: DTypeLike = jnp.float32) -> dict[str, jax.Array]:
   """LSTM params, PyTorch's init U(+-1/sqrt(H)).
 
   Args:
@@ -457,12 +534,14 @@ def init_lstm(key: jax.Array, input_size: int, hidden_size: int, biases: int = 2
     input_size: d.
     hidden_size: H.
     biases: 0 (none), 1 (``b``) or 2 (``b`` and ``b_hh``, PyTorch's layout).
+    dtype: the params' floating dtype, as ``init_elman`` (drawn in float32, cast).
 
   Returns:
-    ``{'W_x': <float32>[d, 4H], 'W_h': <float32>[H, 4H], 'b': <float32>[4H],
-    'b_hh': <float32>[4H]}`` (the biases as ``biases`` asks).
+    ``{'W_x': <dtype>[d, 4H], 'W_h': <dtype>[H, 4H], 'b': <dtype>[4H],
+    'b_hh': <dtype>[4H]}`` (the biases as ``biases`` asks).
 
   Raises:
-    ValueError: for a size < 1 or biases not in (0, 1, 2).
+    ValueError: for a size < 1, biases not in (0, 1, 2), or a dtype that is not floating
+      (or float64 without x64).
   """
-  return _init_gated(key, input_size, hidden_size, 4, biases)
+  return _init_gated(key, input_size, hidden_size, 4, biases, dtype)

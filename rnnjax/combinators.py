@@ -12,7 +12,8 @@ Params of a stack are a list over layers of a list over directions
 States (initial and final) are pytrees whose leaves are
 ``[layers, directions, B, H]`` (LSTM: the pair ``(h, c)``, each so).
 This is PyTorch's ``h_n [layers * directions, B, H]`` reshaped. Leaves
-``[layers, directions, H]`` are broadcast over the batch.
+``[layers, directions, H]`` are broadcast over the batch; an initial state
+of None is zeros (each layer's own, in the params' dtype).
 
 Inputs follow the rules of ``rnnjax.recurrence`` (its module docstring),
 checked before any work: every layer computes in the params' one floating
@@ -35,6 +36,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 
 from rnnjax import cells
 from rnnjax import fused
@@ -109,10 +111,10 @@ def init_stack(key: jax.Array, cell: str, input_size: int, hidden_size: int, lay
                 **init_kwargs) for k in range(directions)] for l in range(layers)]
 
 
-def zero_state(cell: str, layers: int, directions: int, batch_size: int, hidden_size: int
-               ) -> jax.Array | tuple[jax.Array, jax.Array]:
-  """The zero initial state of a stack, leaves ``<float32>[layers, directions, B, H]``
-  (LSTM: the pair ``(h, c)``).
+def zero_state(cell: str, layers: int, directions: int, batch_size: int, hidden_size: int,
+               dtype: DTypeLike = jnp.float32) -> jax.Array | tuple[jax.Array, jax.Array]:
+  """The zero initial state of a stack, leaves ``<dtype>[layers, directions, B, H]``
+  (LSTM: the pair ``(h, c)``); the stack's own default (``initial_state=None``).
 
   Args:
     cell: 'elman', 'gru' or 'lstm'.
@@ -120,16 +122,17 @@ def zero_state(cell: str, layers: int, directions: int, batch_size: int, hidden_
     directions: 1 or 2.
     batch_size: B.
     hidden_size: H.
+    dtype: the params' dtype (float32 by default).
 
   Returns:
-    ``<float32>[L, directions, B, H]`` zeros, or a pair of them for LSTM.
+    ``<dtype>[L, directions, B, H]`` zeros, or a pair of them for LSTM.
 
   Raises:
     ValueError: for a cell not in CELLS.
   """
   if cell not in CELLS:
     raise ValueError(f'cell: expected one of {CELLS}, got {cell!r}')
-  zeros = jnp.zeros((layers, directions, batch_size, hidden_size), jnp.float32)
+  zeros = jnp.zeros((layers, directions, batch_size, hidden_size), dtype)
   return (zeros, zeros) if cell == 'lstm' else zeros
 
 
@@ -150,8 +153,9 @@ def _input_size(cell_params: Any) -> int | None:
   return None
 
 
-def bidirectional(layer: Layer, params: Sequence[Any], inputs: jax.Array, initial_state: Any,
-                  lengths: recurrence.Lengths = None) -> tuple[jax.Array, Any]:
+def bidirectional(layer: Layer, params: Sequence[Any], inputs: jax.Array,
+                  initial_state: Any = None, lengths: recurrence.Lengths = None
+                  ) -> tuple[jax.Array, Any]:
   """One bidirectional layer: forward and length-aware reverse, concatenated.
 
   Args:
@@ -160,7 +164,8 @@ def bidirectional(layer: Layer, params: Sequence[Any], inputs: jax.Array, initia
       dtype the layer computes in.
     inputs: ``<float>[B, T, d]``.
     initial_state: leaves ``[2, B, H]`` (direction first; ``[2, H]``: each
-      direction's ``[H]`` broadcast over the batch by the layer).
+      direction's ``[H]`` broadcast over the batch by the layer); None
+      (default): zeros.
     lengths: optional ``<int>[B]`` (an array or a list).
 
   Returns:
@@ -184,8 +189,9 @@ def bidirectional(layer: Layer, params: Sequence[Any], inputs: jax.Array, initia
           jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *finals))
 
 
-def stack(layer: Layer, params: Sequence[Sequence[Any]], inputs: jax.Array, initial_state: Any,
-          lengths: recurrence.Lengths = None, dropout_rate: float = 0.0,
+def stack(layer: Layer, params: Sequence[Sequence[Any]], inputs: jax.Array,
+          initial_state: Any = None, lengths: recurrence.Lengths = None,
+          dropout_rate: float = 0.0,
           key: jax.Array | None = None) -> tuple[jax.Array, Any]:
   """Stacked (and, with two directions per layer, bidirectional) recurrence.
 
@@ -201,7 +207,7 @@ def stack(layer: Layer, params: Sequence[Sequence[Any]], inputs: jax.Array, init
     inputs: ``<float>[B, T, d]``, cast to the params' dtype.
     initial_state: leaves ``[layers, directions, B, H]`` (``zero_state``),
       cast to the params' dtype; leaves ``[layers, directions, H]`` are
-      broadcast over the batch.
+      broadcast over the batch; None (default): zeros.
     lengths: optional ``<int>[B]`` (an array or a list), values in [0, T].
     dropout_rate: p in [0, 1); 0 (default) or key None: no dropout.
     key: ``jax.random`` key for dropout.
@@ -236,7 +242,7 @@ def stack(layer: Layer, params: Sequence[Sequence[Any]], inputs: jax.Array, init
   first = params[0][0]
   is_pair = isinstance(initial_state, tuple) and len(initial_state) == 2
   is_lstm = 'W_h' in first and first['W_h'].shape[1] == 4 * first['W_h'].shape[0]
-  if _hidden_size(first) is not None and is_pair != is_lstm:
+  if initial_state is not None and _hidden_size(first) is not None and is_pair != is_lstm:
     raise ValueError('initial_state: expected an (h, c) pair for an LSTM stack and one array '
                      f'for the other cells, got {type(initial_state).__name__}')
   expected = (len(params), len(params[0]), inputs.shape[0], _hidden_size(params[0][0]))

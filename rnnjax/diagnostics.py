@@ -36,41 +36,53 @@ PROFILE_DISTANCES = (1, 2, 5, 10, 20, 40)
 
 
 def state_gradients(cell: Callable, params: Any, inputs: jax.typing.ArrayLike,
-                    initial_state: jax.typing.ArrayLike, loss_fn: Callable[[jax.Array], jax.Array],
+                    initial_state: jax.typing.ArrayLike | None = None,
+                    loss_fn: Callable[[jax.Array], jax.Array] | None = None,
                     lengths: jax.typing.ArrayLike | None = None) -> tuple[jax.Array, jax.Array]:
   """dL/dh_t for every step t, in one forward and one backward pass.
 
   A zero perturbation e_t is added to each state inside the scan
   (h_t <- cell(h_{t-1}, x_t) + e_t) and the gradient is taken with respect to
-  e: dL/de_t = dL/dh_t, the total derivative through all later steps.
+  e: dL/de_t = dL/dh_t, the total derivative through all later steps. The
+  computation runs in the params' dtype (``recurrence.in_params_dtype``):
+  inputs, initial state, states and the perturbation.
 
   Args:
     cell: ``cell(params, carry, x) -> (carry, y)`` whose carry is a single
       ``[B, H]`` array equal to its output (Elman, GRU).
     params: the cell's params.
-    inputs: ``<float32>[B, T, d]``.
-    initial_state: ``<float32>[B, H]``.
-    loss_fn: ``loss_fn(states <float32>[B, T, H]) -> scalar``; with
-      ``lengths`` it should not read the states of steps t >= lengths[b].
+    inputs: ``<float>[B, T, d]``, cast to the params' dtype.
+    initial_state: ``<float>[B, H]``, cast to the params' dtype; None: zeros
+      (``recurrence.zero_state``).
+    loss_fn: ``loss_fn(states <dtype>[B, T, H]) -> scalar`` (required; a
+      keyword where the initial state is left out); with ``lengths`` it
+      should not read the states of steps t >= lengths[b].
     lengths: optional ``<int>[B]`` in [0, T]: the inputs of steps t >=
       lengths[b] are zeroed first (``recurrence.zero_padding``), so NaN or inf
       in padding reaches no gradient of an earlier step.
 
   Returns:
-    ``(loss, state_gradients <float32>[B, T, H])``.
+    ``(loss, state_gradients <dtype>[B, T, H])``, dtype the params'.
 
   Raises:
-    ValueError: for inputs not of rank 3, an initial state not ``[B, H]``, or
-      lengths not ``<int>[B]`` in [0, T] (values checked when concrete).
+    ValueError: for inputs not of rank 3 or not floating, an initial state not
+      ``[B, H]``, no loss_fn, or lengths not ``<int>[B]`` in [0, T] (values
+      checked when concrete).
 
   References:
     Pascanu, Mikolov & Bengio (2013), eq. 5 (dL/dh_k as the sum over later losses).
   """
+  if loss_fn is None or not callable(loss_fn):
+    raise ValueError(f'loss_fn: expected a function of the states [B, T, H] to a scalar, '
+                     f'got {loss_fn!r}')
+  initial_state = recurrence.with_initial_state(cell, params, inputs, initial_state)
   if jnp.ndim(initial_state) != 2:
     raise ValueError(f'initial_state: expected one [B, H] array, got shape '
                      f'{jnp.shape(initial_state)}')
   recurrence.check_inputs(inputs, initial_state, lengths)
-  inputs, initial_state = jnp.asarray(inputs), jnp.asarray(initial_state)
+  sequences, start = recurrence.in_params_dtype(
+      params, (jnp.asarray(inputs), jnp.asarray(initial_state)))
+  inputs, initial_state = jnp.asarray(sequences), jnp.asarray(start)
   inputs = recurrence.zero_padding(inputs, recurrence.as_lengths(lengths, inputs.shape[1]))
   time_major = jnp.swapaxes(inputs, 0, 1)
   batch, hidden = initial_state.shape

@@ -30,6 +30,20 @@ empty states and the initial state.
 It agrees with autodiff of ``recurrence.scan`` over ``cells.elman_cell`` to
 float32 rounding (tests/test_fused.py) and is what the models use.
 
+Under ``jax.jit``: the options (activation, reverse, time_major, unroll,
+projected) are Python values that decide the program, so ``elman_layer_with``
+binds them first and returns a layer of (params, inputs, initial_state,
+lengths) alone, ready to jit with no static arguments to name. Reverse mode
+(``jax.grad``, ``jax.vjp``) takes the hand-written pass. Forward mode
+(``jax.jvp``, ``jax.jacfwd``, and forward over reverse for Hessian-vector
+products) is not defined for a ``jax.custom_vjp``: called on ``jax.jvp``'s
+tracers the layer runs the same forward loop without the custom rule, and
+autodiff differentiates it (equal to the JVP of ``recurrence.scan``). A
+``jax.jit`` of the layer inside ``jax.jvp`` (``jax.jvp(jax.jit(f), ...)``)
+hides the tracers from it: there JAX's own error says that a custom_vjp
+has no forward mode; put the ``jit`` outside the ``jvp``, or use
+``recurrence.scan``.
+
 References:
   Williams & Zipser (1995), "Gradient-based learning algorithms for recurrent
   networks and their computational complexity" (BPTT); Pascanu, Mikolov &
@@ -37,18 +51,23 @@ References:
   eq. 3-5 (the same recursion in column layout).
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 import functools
 from typing import Any
 
+import dataclasses
+import math
+
 import jax
+from jax.interpreters import ad
 import jax.numpy as jnp
 import numpy as np
 
 from rnnjax import cells
 from rnnjax import recurrence
 
-__all__ = ['checkpointed_elman_layer', 'elman_layer']
+__all__ = ['ElmanLayer', 'checkpointed_elman_layer', 'elman_layer', 'elman_layer_with']
+
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
@@ -201,6 +220,20 @@ def _final_state(states: jax.Array, initial: jax.Array, lengths: jax.Array | Non
   return jnp.where((lengths > 0)[:, None], last, initial)
 
 
+def _forward_mode(arrays: Any) -> bool:
+  """Whether any leaf of ``arrays`` is a tracer of ``jax.jvp`` (forward-mode autodiff)."""
+  return any(isinstance(leaf, ad.JVPTracer) for leaf in jax.tree_util.tree_leaves(arrays))
+
+
+def _static(name: str, value: Any) -> None:
+  """Raises a ValueError naming ``name`` where an option that decides the program is
+  traced (passed to a ``jax.jit`` without being static)."""
+  if isinstance(value, jax.core.Tracer):
+    raise ValueError(f'{name}: expected a Python value (it decides the program), got a traced '
+                     f'{value.dtype}: jit rnnjax.elman_layer_with({name}=...) instead, or name '
+                     f'it in static_argnames')
+
+
 def _checked(params: cells.Params, batch_major: Any, initial_state: Any,
              lengths: recurrence.Lengths, activation: cells.Activation, projected: bool = False
              ) -> tuple[jax.Array, jax.Array | None, Any]:
@@ -212,13 +245,16 @@ def _checked(params: cells.Params, batch_major: Any, initial_state: Any,
 
   Returns:
     ``(initial_state, lengths, dtype)``: the state (``[H]`` broadcast to
-    ``[B, H]``) cast to the params' dtype ``dtype``, lengths as ``<int32>[B]``
-    clipped to [0, T] (or None).
+    ``[B, H]``; None: zeros) cast to the params' dtype ``dtype``, lengths as
+    ``<int32>[B]`` clipped to [0, T] (or None).
 
   Raises:
     ValueError: as ``elman_layer``.
   """
   cells.activation_function(activation)  # validates it
+  if initial_state is None and getattr(batch_major, 'ndim', None) == 3 and isinstance(
+      params, Mapping) and 'W_hh' in params:
+    initial_state = recurrence.zero_state(cells.elman_cell, params, batch_major)
   if getattr(initial_state, 'ndim', None) == 1 and getattr(batch_major, 'ndim', None) == 3:
     initial_state = jnp.broadcast_to(initial_state, batch_major.shape[:1] + initial_state.shape)
   recurrence.check_inputs(batch_major, initial_state, lengths)
@@ -238,7 +274,7 @@ def _checked(params: cells.Params, batch_major: Any, initial_state: Any,
           recurrence.as_lengths(lengths, batch_major.shape[1]), dtype)
 
 
-def elman_layer(params: cells.Params, inputs: jax.Array, initial_state: jax.Array,
+def elman_layer(params: cells.Params, inputs: jax.Array, initial_state: jax.Array | None = None,
                 lengths: recurrence.Lengths = None, reverse: bool = False,
                 activation: cells.Activation = 'tanh', time_major: bool = False,
                 unroll: int = 1, projected: bool = False) -> tuple[jax.Array, jax.Array]:
@@ -257,11 +293,13 @@ def elman_layer(params: cells.Params, inputs: jax.Array, initial_state: jax.Arra
     inputs: ``<float>[B, T, d]``, or ``[T, B, d]`` with ``time_major``
       (T = 0 and B = 0 allowed).
     initial_state: ``<float>[B, H]``, one array (``[H]``: broadcast over the
-      batch; its gradient is the sum over the batch).
+      batch; its gradient is the sum over the batch); None (default): zeros.
     lengths: optional ``<int>[B]`` (an array or a list) in [0, T]: states stop
       changing after step lengths - 1 and outputs there are zero (checked when
       concrete; under ``jit`` values outside are clipped to [0, T]).
-    reverse: run each sequence right to left within its length.
+    reverse: run each sequence right to left within its length. This and the
+      options below decide the program: Python values, static under ``jit``
+      (``elman_layer_with`` binds them).
     activation: 'tanh', 'relu' or 'linear' (phi' from the states: the fast
       path), or a callable phi such as ``jax.nn.gelu`` (phi' by ``jax.vjp``
       at the saved pre-activations: one more ``[T, B, H]`` buffer, and a pass
@@ -283,11 +321,15 @@ def elman_layer(params: cells.Params, inputs: jax.Array, initial_state: jax.Arra
     ValueError: as ``recurrence.scan`` (shapes, lengths, params of two
       dtypes, inputs not floating: naming ``inputs`` and its dtype), for an
       initial state that is not one floating ``[B, H]`` (or ``[H]``) array,
-      or for an activation that is neither a known name nor callable.
+      for an activation that is neither a known name nor callable, or for an
+      option traced by a ``jit`` that did not make it static.
 
   References:
     Williams & Zipser (1995) (BPTT); the recursion: this module's docstring.
   """
+  for name, value in (('reverse', reverse), ('time_major', time_major), ('unroll', unroll),
+                      ('projected', projected)):
+    _static(name, value)
   if (isinstance(unroll, (bool, np.bool_)) or not isinstance(unroll, (int, np.integer)) or
       unroll < 1):
     raise ValueError(f'unroll: expected an int >= 1, got {unroll!r}')
@@ -309,8 +351,17 @@ def elman_layer(params: cells.Params, inputs: jax.Array, initial_state: jax.Arra
   alive = None
   if lengths is not None:
     alive = (jnp.arange(steps)[:, None] < lengths[None, :])[..., None]  # [T, B, 1]
-  states = _elman(activation, unroll, axis, params['W_hh'], cells.bias(params), source,
-                  initial_state, alive)
+  arguments = (params['W_hh'], cells.bias(params), source, initial_state, alive)
+  plain = functools.partial(_states, cells.activation_function(activation), unroll, axis)
+  if _forward_mode(arguments):  # jax.jvp's tracers: the custom_vjp has no rule, the loop has
+    states = plain(*arguments)
+  else:
+    try:
+      states = _elman(activation, unroll, axis, *arguments)
+    except TypeError as error:  # a jvp that wraps another transform's tracers (jvp of vmap)
+      if 'forward-mode' not in str(error):
+        raise
+      states = plain(*arguments)
   final = _final_state(states, initial_state, lengths, axis)
   if reverse:
     states = recurrence.reverse_within_lengths(states, lengths)
@@ -319,8 +370,10 @@ def elman_layer(params: cells.Params, inputs: jax.Array, initial_state: jax.Arra
   return states, final
 
 
-def checkpointed_elman_layer(params: cells.Params, inputs: jax.Array, initial_state: jax.Array,
-                             segment_length: int, activation: cells.Activation = 'tanh',
+def checkpointed_elman_layer(params: cells.Params, inputs: jax.Array,
+                             initial_state: jax.Array | None = None,
+                             segment_length: int | None = None,
+                             activation: cells.Activation = 'tanh',
                              unroll: int = 1) -> tuple[jax.Array, jax.Array]:
   """``elman_layer`` for long sequences: O(T / s + s) saved states instead of O(T).
 
@@ -332,10 +385,10 @@ def checkpointed_elman_layer(params: cells.Params, inputs: jax.Array, initial_st
 
   Args:
     params, initial_state, activation, unroll: as ``elman_layer`` (the same
-      dtype rule: the computation runs in the params' dtype).
+      dtype rule: the computation runs in the params' dtype; None is zeros).
     inputs: ``<float>[B, T, d]`` with T a multiple of ``segment_length``
       (T = 0 and B = 0 allowed).
-    segment_length: s >= 1.
+    segment_length: s >= 1; None: the largest divisor of T at most sqrt(T).
 
   Returns:
     ``(states [B, T, H], final_state [B, H])`` in the params' dtype, equal to
@@ -352,6 +405,8 @@ def checkpointed_elman_layer(params: cells.Params, inputs: jax.Array, initial_st
   initial_state, _, dtype = _checked(params, inputs, initial_state, None, activation)
   inputs = recurrence.cast_floating(inputs, dtype)
   batch, steps, input_size = inputs.shape
+  if segment_length is None:
+    segment_length = max([s for s in range(1, math.isqrt(steps) + 1) if steps % s == 0] or [1])
   if (isinstance(segment_length, (bool, np.bool_)) or
       not isinstance(segment_length, (int, np.integer)) or segment_length < 1 or
       steps % segment_length):
@@ -368,3 +423,53 @@ def checkpointed_elman_layer(params: cells.Params, inputs: jax.Array, initial_st
 
   final, states = jax.lax.scan(segment, initial_state, segments)
   return jnp.swapaxes(states.reshape(steps, batch, initial_state.shape[-1]), 0, 1), final
+
+
+@dataclasses.dataclass(frozen=True)
+class ElmanLayer:
+  """``elman_layer`` with its options bound: ``layer(params, inputs [B, T, d],
+  initial_state [B, H] = None, lengths [B] = None) -> (states [B, T, H], final [B, H])``.
+
+  What a ``jax.jit`` needs: the options that decide the program are fields of a frozen
+  value (equal and hashing equal for equal options), and the call takes arrays alone, so
+  ``jax.jit(layer)`` needs no static arguments named. Make one with ``elman_layer_with``.
+  """
+  activation: cells.Activation = 'tanh'
+  reverse: bool = False
+  time_major: bool = False
+  unroll: int = 1
+  projected: bool = False
+
+  def __call__(self, params: cells.Params, inputs: jax.Array,
+               initial_state: jax.Array | None = None, lengths: recurrence.Lengths = None
+               ) -> tuple[jax.Array, jax.Array]:
+    return elman_layer(params, inputs, initial_state, lengths, self.reverse, self.activation,
+                       self.time_major, self.unroll, self.projected)
+
+
+def elman_layer_with(activation: cells.Activation = 'tanh', reverse: bool = False,
+                     time_major: bool = False, unroll: int = 1, projected: bool = False
+                     ) -> ElmanLayer:
+  """The fused Elman layer with its options bound, ready for ``jax.jit``:
+  ``jax.jit(elman_layer_with(activation='relu', reverse=True))(params, inputs)``.
+
+  Args:
+    activation, reverse, time_major, unroll, projected: as ``elman_layer``.
+
+  Returns:
+    ``layer(params, inputs <float>[B, T, d], initial_state <float>[B, H] = None,
+    lengths <int>[B] = None) -> (states [B, T, H], final_state [B, H])``, an
+    ``ElmanLayer`` (a frozen value: equal options, equal layers).
+
+  Raises:
+    ValueError: for an activation that is neither a known name nor callable, an unroll
+      that is not an int >= 1, or a flag that is not a bool.
+  """
+  cells.activation_function(activation)
+  if (isinstance(unroll, (bool, np.bool_)) or not isinstance(unroll, (int, np.integer)) or
+      unroll < 1):
+    raise ValueError(f'unroll: expected an int >= 1, got {unroll!r}')
+  for name, flag in (('reverse', reverse), ('time_major', time_major), ('projected', projected)):
+    if not isinstance(flag, (bool, np.bool_)):
+      raise ValueError(f'{name}: expected a bool, got {flag!r}')
+  return ElmanLayer(activation, bool(reverse), bool(time_major), int(unroll), bool(projected))

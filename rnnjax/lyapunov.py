@@ -73,10 +73,11 @@ def _orthonormal_start(key: jax.Array, size: int, k: int, dtype: Any) -> jax.Arr
   return q * jnp.where(jnp.diagonal(r) < 0, -1.0, 1.0).astype(dtype)
 
 
-def lyapunov_spectrum(cell: Cell, params: Any, inputs: jax.typing.ArrayLike, initial_state: Any,
-                      k: int, transient: int = 0, reorthonormalize_every: int = 1,
+def lyapunov_spectrum(cell: Cell, params: Any, inputs: jax.typing.ArrayLike,
+                      initial_state: Any = None, k: int = 1, transient: int = 0,
+                      reorthonormalize_every: int = 1,
                       lengths: jax.typing.ArrayLike | None = None,
-                      key: jax.Array | None = None) -> jax.Array:
+                      key: jax.Array | None = None, through_states: bool = True) -> jax.Array:
   """The k largest Lyapunov exponents of ``cell`` along the trajectory each sequence drives.
 
   For each sequence b the carry runs from ``initial_state[b]`` through
@@ -93,10 +94,13 @@ def lyapunov_spectrum(cell: Cell, params: Any, inputs: jax.typing.ArrayLike, ini
     cell: ``cell(params, carry, x) -> (carry, y)`` (``rnnjax.cells``), the
       carry any pytree of ``[B, ...]`` leaves (Elman, GRU: ``[B, H]``; LSTM:
       ``(h, c)``), flattened to n numbers per sequence.
-    params: the cell's params; the computation runs in their floating dtype.
+    params: the cell's params. The computation runs in their floating dtype,
+      float32 for bfloat16 and float16 params (their values, exactly: the QR
+      decompositions need at least float32; ``recurrence.precise_dtype``).
     inputs: ``<float>[B, T, d]``.
-    initial_state: the carry at step 0, leaves ``[B, ...]``.
-    k: how many exponents, an int in [1, n].
+    initial_state: the carry at step 0, leaves ``[B, ...]``; None (default):
+      zeros (``recurrence.zero_state``).
+    k: how many exponents, an int in [1, n]; 1 (default): the largest.
     transient: steps discarded first, an int in [0, T - 1]: the trajectory
       and the tangent vectors settle (onto the attractor, onto the most
       expanding directions) before the growth is counted.
@@ -110,9 +114,19 @@ def lyapunov_spectrum(cell: Cell, params: Any, inputs: jax.typing.ArrayLike, ini
     key: the ``jax.random`` key of the random orthonormal tangent vectors
       at step 0 (one draw for all sequences); None is ``jax.random.key(0)``.
       The exponents do not depend on it after a long enough transient.
+    through_states: whether the gradient with respect to ``params`` flows
+      through the trajectory (the states' dependence on the params) as well
+      as through each step's Jacobian and the tangent vectors. False holds
+      the states constant (``stop_gradient``): each step's term log |R_ii|
+      then depends on the params through its own Jacobian and the
+      orthonormal tangent vectors only, and its gradient stays bounded where
+      the trajectory is chaotic (there the full gradient grows like
+      exp(lambda_1 T) with the window, ``flossing_loss``). The values are
+      the same either way.
 
   Returns:
-    ``<float>[B, k]``, in the params' dtype: the exponents in nats per step,
+    ``<float>[B, k]``, in the params' dtype (float32 for params without a
+    float): the exponents in nats per step,
     sorted descending, per sequence; -inf where the Jacobians annihilate a
     tangent vector (rank below k: tanh saturated to 1.0 in the dtype, relu
     units all off), and then the gradient is NaN.
@@ -127,8 +141,11 @@ def lyapunov_spectrum(cell: Cell, params: Any, inputs: jax.typing.ArrayLike, ini
   References:
     Benettin et al. (1980); Engelken, Wolf & Abbott (2023), arXiv 2006.02427.
   """
+  initial_state = recurrence.with_initial_state(cell, params, inputs, initial_state)
   recurrence.check_inputs(inputs, initial_state, lengths)
-  dtype = recurrence.compute_dtype(params) or jnp.dtype(jnp.float32)
+  given = recurrence.compute_dtype(params) or jnp.dtype(jnp.float32)
+  dtype = recurrence.precise_dtype(given)
+  params = recurrence.cast_floating(params, dtype)
   sequences: jax.Array
   sequences, initial_state = recurrence.cast_floating((jnp.asarray(inputs), initial_state), dtype)
   recurrence.check_carry(cell, params, sequences, initial_state)
@@ -159,7 +176,7 @@ def lyapunov_spectrum(cell: Cell, params: Any, inputs: jax.typing.ArrayLike, ini
       x_t, t, decompose_t, counted_t = inputs_t
       alive = t < length
       advance = lambda v: ravel_pytree(cell(params, unravel(v), x_t[None])[0])[0]
-      new_flat, push = jax.linearize(advance, flat)
+      new_flat, push = jax.linearize(advance, flat if through_states else jax.lax.stop_gradient(flat))
       new_tangents = jax.vmap(push, in_axes=1, out_axes=1)(tangents)
 
       def orthonormalize(tangents: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -183,13 +200,13 @@ def lyapunov_spectrum(cell: Cell, params: Any, inputs: jax.typing.ArrayLike, ini
 
   carries = jax.tree_util.tree_map(lambda leaf: leaf[:, None], initial_state)
   exponents = jax.vmap(one_sequence)(sequences, carries, lengths_array)
-  return jnp.where((lengths_array > transient)[:, None], exponents, jnp.nan)
+  return jnp.where((lengths_array > transient)[:, None], exponents, jnp.nan).astype(given)
 
 
-def flossing_loss(cell: Cell, params: Any, inputs: jax.typing.ArrayLike, initial_state: Any,
-                  k: int, target: float = 0.0, transient: int = 0,
+def flossing_loss(cell: Cell, params: Any, inputs: jax.typing.ArrayLike,
+                  initial_state: Any = None, k: int = 1, target: float = 0.0, transient: int = 0,
                   reorthonormalize_every: int = 1, lengths: jax.typing.ArrayLike | None = None,
-                  key: jax.Array | None = None) -> jax.Array:
+                  key: jax.Array | None = None, through_states: bool = True) -> jax.Array:
   """Gradient flossing: the mean over sequences of sum_i (lambda_i - target)^2, i <= k.
 
   The top k Lyapunov exponents (``lyapunov_spectrum``) of the trajectory
@@ -197,12 +214,29 @@ def flossing_loss(cell: Cell, params: Any, inputs: jax.typing.ArrayLike, initial
   neither explode nor vanish); ``jax.grad`` with respect to ``params`` is
   the flossing gradient. Add ``weight * flossing_loss(...)`` to a training
   loss, or minimise it alone before training (Engelken 2023, "flossing
-  before training").
+  before training"). The squares are summed over the k exponents; the
+  reference implementation takes their mean, the same minimiser with a
+  gradient k times smaller.
+
+  From a chaotic start (lambda_1 > 0) the gradient through the trajectory
+  grows like exp(lambda_1 T) with the window's T steps (a time average
+  along a chaotic trajectory, differentiated; Lea, Allen & Haine 2000), and
+  no optimizer step from it is useful. The rule for such a start: short
+  windows (the reference code flosses on 55 steps for tasks of 300) and
+  ``through_states=False``, which holds the states constant so that each
+  step's term depends on the params through its own Jacobian and the
+  orthonormal tangent vectors, with a bounded gradient. With windows of 30
+  steps (10 of them transient), 16 sequences a step and Adam at 0.03
+  (cosine-decayed to 0.003 over 300 steps), lambda_1 of a 32-unit tanh
+  network at spectral radius 3 reaches |lambda_1| < 0.05 within 300 steps
+  (``docs/diagnostics.md``, tested there and in tests/test_lyapunov.py).
 
   Args:
     cell, params, inputs, initial_state, k, transient, reorthonormalize_every, lengths, key:
       as ``lyapunov_spectrum``.
     target: the exponent aimed at, in nats per step (a float or a 0-d array).
+    through_states: as ``lyapunov_spectrum``: False holds the states constant
+      in the gradient (the rule for a chaotic start, above).
 
   Returns:
     ``<float>[]`` >= 0, in (nats per step)^2, in the params' dtype. With
@@ -215,10 +249,15 @@ def flossing_loss(cell: Cell, params: Any, inputs: jax.typing.ArrayLike, initial
   References:
     Engelken (2023), "Gradient flossing: improving gradient descent through
     dynamic control of Jacobians", NeurIPS (arXiv 2312.17306): the loss of
-    squared top exponents, flossing before and during training.
+    squared top exponents, flossing before and during training; its
+    reference code, github.com/RainerEngelken/GradientFlossing,
+    GradientFlossing_ExampleCode.jl (mean(abs2.(ls .- lstarget)), flossing
+    windows Tp = 55). Lea, Allen & Haine (2000), "Sensitivity analysis of
+    the climate of a chaotic system", Tellus A 52 (the gradient of a time
+    average along a chaotic trajectory grows exponentially with its length).
   """
   exponents = lyapunov_spectrum(cell, params, inputs, initial_state, k, transient,
-                                reorthonormalize_every, lengths, key)
+                                reorthonormalize_every, lengths, key, through_states)
   kept = jnp.isfinite(exponents[:, 0])
   squares = jnp.sum((jnp.where(kept[:, None], exponents, 0.0) - target) ** 2, axis=1)
   return jnp.sum(jnp.where(kept, squares, 0.0)) / jnp.sum(kept).astype(squares.dtype)

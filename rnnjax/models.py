@@ -52,7 +52,12 @@ __all__ = ['Elman', 'LanguageModel', 'readout_dot_general', 'LAST_STATES',
 
 class Elman(nn.Module):
   """An Elman layer: ``(inputs [B, T, d], h0 [B, H]) -> (states [B, T, H], h_T [B, H])``,
-  ``fused.elman_layer`` (its checks, its dtype rule, its ``lengths`` and ``reverse``).
+  ``fused.elman_layer`` (its checks, its ``lengths`` and ``reverse``; h0 None: zeros).
+
+  dtypes as flax modules take them: the params are made in ``param_dtype``
+  (float32) and the recurrence computes in ``dtype``, the params cast to it
+  (None: in ``param_dtype``); inputs and h0 are cast to that dtype, in which
+  the states come back (``recurrence.in_params_dtype``).
 
   Called with token ids ``<int>[B, T]`` and ``table`` (``[V, d]``, e.g. an
   embedding), the input at step t is ``table[ids[t]]``; its projection
@@ -66,21 +71,27 @@ class Elman(nn.Module):
     recurrent_init: see ``cells.init_elman``.
     radius: spectral radius of W_hh at init.
     biases: 1, or 2 as PyTorch (see ``cells.init_elman``).
+    dtype: the computation's dtype (None: ``param_dtype``).
+    param_dtype: the params' dtype.
   """
   hidden_size: int
   activation: str = 'tanh'
   recurrent_init: str = 'gaussian'
   radius: float = 1.0
   biases: int = 1
+  dtype: Any = None
+  param_dtype: Any = jnp.float32
 
   @nn.compact
-  def __call__(self, inputs: jax.Array, initial_state: jax.Array,
+  def __call__(self, inputs: jax.Array, initial_state: jax.Array | None = None,
                lengths: recurrence.Lengths = None, reverse: bool = False,
                table: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
     input_size = inputs.shape[-1] if table is None else table.shape[-1]
     params = self.param('cell', lambda key: cells.init_elman(
         key, input_size, self.hidden_size, self.recurrent_init, self.radius,
-        biases=self.biases))
+        biases=self.biases, dtype=self.param_dtype))
+    if self.dtype is not None:
+      params = recurrence.cast_floating(params, self.dtype)
     if table is None:
       return fused.elman_layer(params, inputs, initial_state, lengths, reverse, self.activation)
     projection = (table @ params['W_xh'])[inputs]  # [V, H] rows gathered: [B, T, H]
@@ -135,10 +146,12 @@ def readout_dot_general(lhs: jax.Array, rhs: jax.Array, dimension_numbers: Any,
 class LanguageModel(nn.Module):
   """A language model over any tokens (characters, words, BPE pieces) with an Elman recurrence.
 
-  ``(ids <int32>[B, T], h0 <float32>[B, H]) -> (logits <float32>[B, T, V], h_T [B, H])``;
+  ``(ids <int32>[B, T], h0 <float>[B, H]) -> (logits <float>[B, T, V], h_T [B, H])``;
   logits at step t score the token at t + 1 (teacher forcing).
-  Ids outside [0, V) are a ValueError naming ``ids`` (when concrete); h0 is
-  cast to the recurrence's params' dtype, in which h_T comes back.
+  Ids outside [0, V) are a ValueError naming ``ids`` (when concrete); h0 (None:
+  zeros) is cast to the recurrence's dtype, in which h_T comes back. dtypes as
+  flax modules take them: params in ``param_dtype`` (float32), the embedding,
+  recurrence and head computing in ``dtype`` (None: ``param_dtype``).
 
   Attributes:
     vocab_size: V.
@@ -148,6 +161,8 @@ class LanguageModel(nn.Module):
     dropout_rate: dropout on the recurrence's inputs and outputs (never on
       the recurrent connection; Zaremba et al. 2014), active only when
       called with ``deterministic=False`` and a 'dropout' rng.
+    dtype: the computation's dtype (None: ``param_dtype``).
+    param_dtype: the params' dtype.
   """
   vocab_size: int
   hidden_size: int
@@ -157,17 +172,22 @@ class LanguageModel(nn.Module):
   radius: float = 1.0
   biases: int = 1
   dropout_rate: float = 0.0
+  dtype: Any = None
+  param_dtype: Any = jnp.float32
 
   def setup(self) -> None:
+    dtype = self.param_dtype if self.dtype is None else self.dtype
     if self.embedding_size:
-      self.embedding = nn.Embed(self.vocab_size, self.embedding_size)
+      self.embedding = nn.Embed(self.vocab_size, self.embedding_size, dtype=dtype,
+                                param_dtype=self.param_dtype)
     self.recurrence = Elman(self.hidden_size, self.activation, self.recurrent_init, self.radius,
-                            self.biases)
-    self.head = nn.Dense(self.vocab_size, dot_general=readout_dot_general)
+                            self.biases, self.dtype, self.param_dtype)
+    self.head = nn.Dense(self.vocab_size, dot_general=readout_dot_general, dtype=dtype,
+                         param_dtype=self.param_dtype)
     self.dropout = nn.Dropout(self.dropout_rate)
 
   def embed(self, ids: jax.Array) -> jax.Array:
-    """``<int32>[B, T] -> <float32>[B, T, d]`` (an embedding or one-hot).
+    """``<int32>[B, T] -> <float>[B, T, d]`` (an embedding or one-hot, in ``dtype``).
 
     Raises:
       ValueError: for ids outside [0, V) or not ints (checked when concrete).
@@ -175,19 +195,22 @@ class LanguageModel(nn.Module):
     batching.check_ids('ids', ids, self.vocab_size)
     if self.embedding_size:
       return self.embedding(ids)
-    return jax.nn.one_hot(ids, self.vocab_size, dtype=jnp.float32)
+    return jax.nn.one_hot(ids, self.vocab_size, dtype=self._dtype())
+
+  def _dtype(self) -> Any:
+    return self.param_dtype if self.dtype is None else self.dtype
 
   def logits(self, states: jax.Array) -> jax.Array:
-    """``<float32>[..., H] -> <float32>[..., V]``."""
+    """``<float>[..., H] -> <float>[..., V]``."""
     return self.head(states)
 
-  def __call__(self, ids: jax.Array, initial_state: jax.Array, deterministic: bool = True
-               ) -> tuple[jax.Array, jax.Array]:
+  def __call__(self, ids: jax.Array, initial_state: jax.Array | None = None,
+               deterministic: bool = True) -> tuple[jax.Array, jax.Array]:
     no_input_dropout = deterministic or not self.dropout_rate
     if no_input_dropout and self.vocab_size <= jnp.size(ids):  # a lookup is cheaper (Elman)
       batching.check_ids('ids', ids, self.vocab_size)
       table = (self.embedding.embedding if self.embedding_size else
-               jnp.eye(self.vocab_size, dtype=jnp.float32))
+               jnp.eye(self.vocab_size, dtype=self._dtype()))
       states, final = self.recurrence(ids, initial_state, table=table)
     else:
       inputs = self.dropout(self.embed(ids), deterministic=deterministic)
@@ -195,7 +218,8 @@ class LanguageModel(nn.Module):
     return self.logits(self.dropout(states, deterministic=deterministic)), final
 
   def initial_state(self, batch_size: int) -> jax.Array:
-    return jnp.zeros((batch_size, self.hidden_size), jnp.float32)
+    """``<param_dtype>[B, H]`` zeros, the state at step 0."""
+    return jnp.zeros((batch_size, self.hidden_size), self.param_dtype)
 
 
 # The text classifier: embedding -> recurrence -> last state -> linear.

@@ -515,18 +515,25 @@ def _solve_backward(activation: str, method: str, damping: float | None, toleran
 _solve.defvjp(_solve_forward, _solve_backward)
 
 
-def elman_deer(params: dict, inputs: jax.typing.ArrayLike, initial_state: jax.typing.ArrayLike,
+def elman_deer(params: dict, inputs: jax.typing.ArrayLike,
+               initial_state: jax.typing.ArrayLike | None = None,
                lengths: jax.typing.ArrayLike | None = None, activation: str = 'tanh',
                method: str = 'deer', initial_guess: jax.typing.ArrayLike | None = None,
-               tolerance: float = 1e-5, max_iterations: int | None = None,
+               tolerance: float | None = None, max_iterations: int | None = None,
                damping: float | None = None) -> tuple[jax.Array, jax.Array, dict]:
   """The Elman recurrence by DEER, quasi-DEER, ELK or quasi-ELK: ``fused.elman_layer``'s
   result, parallel over T.
 
+  The solve runs in the params' dtype, and in float32 for bfloat16 and
+  float16 params (their values, exactly: Newton's method and its
+  certificate need the precision; ``recurrence.precise_dtype``); states come
+  back in the params' dtype.
+
   Args:
-    params: ``{'W_xh': [d, H], 'W_hh': [H, H], 'b': [H]}`` (+ ``'b_hh'``).
-    inputs: ``<float32>[B, T, d]``, T >= 1.
-    initial_state: ``h_0 <float32>[B, H]``.
+    params: ``{'W_xh': [d, H], 'W_hh': [H, H], 'b': [H]}`` (+ ``'b_hh'``), one
+      floating dtype.
+    inputs: ``<float>[B, T, d]``, T >= 1, cast to the params' dtype.
+    initial_state: ``h_0 <float>[B, H]``; None (default): zeros.
     lengths: optional ``<int32>[B]`` in [0, T]: states stop changing after
       step lengths - 1 and outputs there are zero (checked when concrete;
       under ``jit`` values outside are clipped to [0, T]).
@@ -540,8 +547,8 @@ def elman_deer(params: dict, inputs: jax.typing.ArrayLike, initial_state: jax.ty
       matrices for all, O(B T H^2).
     initial_guess: ``h^(0) <float32>[B, T, H]``; None is zeros. It changes
       the iterations needed, not the fixed point, and gets a zero gradient.
-    tolerance: dimensionless, in [eps of the params' dtype, 0.1) (float32:
-      [1.19e-7, 0.1)): a sequence has converged when the residual
+    tolerance: dimensionless, in [eps of the solve's dtype, 0.1) (float32:
+      [1.19e-7, 0.1)); None (default) is 1e-5: a sequence has converged when the residual
       |h_t - F_t(h_{t-1})| and the estimated error |e_t| (+ |e_t|^2) of its
       states are at most tolerance (1 + |h_t|) at every step and unit (module
       docstring). Below eps no estimate in the dtype can certify it; from 0.1
@@ -559,9 +566,9 @@ def elman_deer(params: dict, inputs: jax.typing.ArrayLike, initial_state: jax.ty
       sweep over a log grid (``damping_sweep``). Only for those methods.
 
   Returns:
-    ``(states <float32>[B, T, H], final_state <float32>[B, H], info)`` with
-    ``info = {'iterations': <int32>[B], 'converged': <bool>[B],
-    'residual': <float32>[B], 'error': <float32>[B]}``: per sequence, the
+    ``(states <dtype>[B, T, H], final_state <dtype>[B, H], info)``, dtype the
+    params', with ``info = {'iterations': <int32>[B], 'converged': <bool>[B],
+    'residual': <float>[B], 'error': <float>[B]}`` (in the solve's dtype): per sequence, the
     updates made (0 if the guess already passes; the cap if not converged,
     fewer if the iterate overflowed or its error could not be estimated),
     whether it converged, max_t |h_t - F_t(h_{t-1})| / (1 + |h_t|) of the
@@ -584,11 +591,17 @@ def elman_deer(params: dict, inputs: jax.typing.ArrayLike, initial_state: jax.ty
   cells.elman(activation)  # validates the name
   if method not in METHODS:
     raise ValueError(f'method: expected one of {METHODS}, got {method!r}')
+  initial_state = recurrence.with_initial_state(cells.elman_cell, params, inputs, initial_state)
   recurrence.check_inputs(inputs, initial_state, lengths)
   inputs = jnp.asarray(inputs)
   batch, steps, _ = inputs.shape
   cells.check_step('elman', params, initial_state, (batch, inputs.shape[-1]), ('W_xh', 'W_hh'))
-  initial_state = jnp.asarray(initial_state)
+  given = recurrence.compute_dtype(params) or jnp.dtype(jnp.float32)
+  dtype = recurrence.precise_dtype(given)  # the solve's
+  params, inputs, initial_state = recurrence.cast_floating(
+      (params, inputs, jnp.asarray(initial_state)), dtype)
+  inputs, initial_state = jnp.asarray(inputs), jnp.asarray(initial_state)
+  tolerance = 1e-5 if tolerance is None else tolerance
   hidden_size = params['W_hh'].shape[0]
   if steps == 0:
     raise ValueError(f'inputs: expected T >= 1 steps, got shape {inputs.shape}')
@@ -599,7 +612,6 @@ def elman_deer(params: dict, inputs: jax.typing.ArrayLike, initial_state: jax.ty
       np.ndim(tolerance) or np.asarray(tolerance).dtype.kind not in 'iuf' or
       not 0 < float(tolerance) < np.inf):
     raise ValueError(f'tolerance: expected a finite number > 0, got {tolerance!r}')
-  dtype = jnp.result_type(params['W_hh'])
   resolution = float(jnp.finfo(dtype).eps)
   if not resolution <= float(tolerance) < MAX_TOLERANCE:
     raise ValueError(f'tolerance: expected a value in [eps, {MAX_TOLERANCE}) = [{resolution:.3g}, '
@@ -642,13 +654,14 @@ def elman_deer(params: dict, inputs: jax.typing.ArrayLike, initial_state: jax.ty
   states = jnp.where(alive, trajectory, 0.0)
   info = {'iterations': iterations, 'converged': converged, 'residual': residual,
           'error': error}
-  return states, trajectory[:, -1], info
+  return states.astype(given), trajectory[:, -1].astype(given), info
 
 
-def damping_sweep(params: dict, inputs: jax.typing.ArrayLike, initial_state: jax.typing.ArrayLike,
+def damping_sweep(params: dict, inputs: jax.typing.ArrayLike,
+                  initial_state: jax.typing.ArrayLike | None = None,
                   method: str = 'elk', dampings: tuple[float, ...] = DAMPING_GRID,
                   lengths: jax.typing.ArrayLike | None = None, activation: str = 'tanh',
-                  tolerance: float = 1e-5,
+                  tolerance: float | None = None,
                   max_iterations: int | None = None) -> tuple[float | None, dict[float, float]]:
   """The damping of ELK or quasi-ELK chosen as Gonzalez et al. (2024) choose it: the method
   run at each damping of a log grid, and the one whose sequences all converge in the fewest

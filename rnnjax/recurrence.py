@@ -10,12 +10,16 @@ The input rules below hold for every recurrent path of the package (``scan``,
 ``rnnjax.models``, ``rnnjax.seq2seq``); each is checked before any work:
 
 - dtype: a path computes in the one floating dtype of its params
-  (``compute_dtype``): floating inputs and initial-state leaves are cast to
-  it, outputs and final states come back in it, and gradients with respect
-  to inputs and initial state come back in the dtypes those were given in.
-  Params of two floating dtypes are a ValueError. Mixed precision is chosen
-  by casting the params (bfloat16 params compute in bfloat16 whatever the
-  state's dtype).
+  (``compute_dtype``; ``in_params_dtype`` casts): floating inputs and
+  initial-state leaves are cast to it, outputs and final states come back in
+  it, and gradients with respect to inputs and initial state come back in
+  the dtypes those were given in. Params of two floating dtypes are a
+  ValueError. Mixed precision is chosen by casting the params (bfloat16
+  params compute in bfloat16 whatever the state's dtype). A diagnostic that
+  needs more precision than the params' dtype (a QR, a convergence test)
+  computes in ``precise_dtype`` internally and returns in the params' dtype.
+- initial state: None (the default everywhere a state is taken) is zeros of
+  the carry the cell returns, in the params' dtype (``zero_state``).
 - lengths: ``<int>[B]`` in [0, T], as an array or a list (values checked
   when concrete; under ``jit`` clipped to [0, T]).
 - padding: the inputs of steps t >= lengths[b] are replaced by zeros before
@@ -40,6 +44,7 @@ References:
 """
 
 from collections.abc import Callable, Sequence
+import functools
 from typing import Any
 
 import jax
@@ -47,8 +52,8 @@ from jax.typing import ArrayLike
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ['broadcast_state', 'compute_dtype', 'reverse_within_lengths', 'scan',
-           'truncated_scan']
+__all__ = ['broadcast_state', 'compute_dtype', 'in_params_dtype', 'precise_dtype',
+           'reverse_within_lengths', 'scan', 'truncated_scan', 'zero_state']
 
 PyTree = Any
 """A pytree of arrays: params, a carry (one array, an ``(h, c)`` pair), gradients."""
@@ -78,6 +83,32 @@ def compute_dtype(params: PyTree) -> np.dtype | None:
     raise ValueError(f'params: expected one floating dtype for all params (the dtype the '
                      f'recurrence computes in), got {floating}')
   return jnp.dtype(floating[0]) if floating else None
+
+
+def in_params_dtype(params: PyTree, tree: PyTree) -> PyTree:
+  """``tree`` (inputs, a state, any pytree) with each floating leaf cast to the params' dtype:
+  the dtype rule of every path (module docstring), in one place.
+
+  Args:
+    params: a pytree of arrays; their one floating dtype (``compute_dtype``) decides.
+    tree: a pytree of arrays (or array-likes); integer and boolean leaves are kept.
+
+  Returns:
+    ``tree``, floating leaves in the params' dtype (unchanged if params hold no float).
+
+  Raises:
+    ValueError: naming ``params`` if its floating leaves have different dtypes.
+  """
+  return cast_floating(tree, compute_dtype(params))
+
+
+def precise_dtype(dtype: Any) -> np.dtype:
+  """The dtype a diagnostic computes in for params of ``dtype``: float32 for the half
+  precisions (bfloat16, float16; XLA's QR and eigen solvers take none of them, and their
+  8 or 11 bits cannot resolve a convergence test), ``dtype`` itself otherwise (float32,
+  float64)."""
+  dtype = jnp.dtype(dtype)
+  return jnp.dtype(jnp.float32) if jnp.finfo(dtype).bits < 32 else dtype
 
 
 def cast_floating(tree: PyTree, dtype: Any) -> PyTree:
@@ -208,6 +239,50 @@ def broadcast_state(cell: Cell, params: PyTree, inputs: Any, initial_state: PyTr
   return jax.tree_util.tree_unflatten(structure, leaves)
 
 
+def _zero_state_maker(cell: Cell) -> Callable[[PyTree, int], PyTree] | None:
+  """``cell.zero_state`` (through ``functools.partial`` wrappers), or None."""
+  while True:
+    maker = getattr(cell, 'zero_state', None)
+    if maker is not None or not isinstance(cell, functools.partial):
+      return maker
+    cell = cell.func
+
+
+def zero_state(cell: Cell, params: PyTree, inputs: Any) -> PyTree:
+  """The zero initial state of ``cell`` for ``inputs``, in the params' dtype.
+
+  A cell says what it carries by a ``zero_state(params, batch_size) -> carry`` attribute
+  (``rnnjax.cells``' cells have one; a ``functools.partial`` of one keeps it).
+
+  Args:
+    cell: ``cell(params, carry, x) -> (carry, y)``.
+    params: the cell's params.
+    inputs: ``[B, T, d]``: B is the batch of the state.
+
+  Returns:
+    the carry pytree, leaves ``[B, ...]`` of zeros (Elman, GRU: ``[B, H]``; LSTM:
+    ``(h, c)``).
+
+  Raises:
+    ValueError: naming ``inputs`` if not of rank 3, or ``initial_state`` for a cell that
+      does not say what it carries (pass its initial state).
+  """
+  if getattr(inputs, 'ndim', None) != 3:
+    raise ValueError(f'inputs: expected an array [B, T, d], got '
+                     f'{getattr(inputs, "shape", type(inputs).__name__)}')
+  maker = _zero_state_maker(cell)
+  if maker is None:
+    raise ValueError(f'initial_state: expected the carry of {cell!r} (it has no zero_state '
+                     f'attribute to make zeros from), got None')
+  return maker(params, inputs.shape[0])
+
+
+def with_initial_state(cell: Cell, params: PyTree, inputs: Any, initial_state: PyTree
+                       ) -> PyTree:
+  """``initial_state``, or the cell's ``zero_state`` where it is None."""
+  return zero_state(cell, params, inputs) if initial_state is None else initial_state
+
+
 def check_carry(cell: Cell, params: PyTree, inputs: jax.Array, initial_state: PyTree) -> None:
   """Checks, by tracing one step (no work), that ``cell`` returns a carry of the
   structure, shapes and dtypes of ``initial_state``, as ``jax.lax.scan`` needs.
@@ -246,7 +321,7 @@ def reverse_within_lengths(sequences: jax.Array, lengths: jax.Array | None) -> j
   return jnp.take_along_axis(sequences, source, axis=1)
 
 
-def scan(cell: Cell, params: PyTree, inputs: jax.Array, initial_state: PyTree,
+def scan(cell: Cell, params: PyTree, inputs: jax.Array, initial_state: PyTree = None,
          lengths: Lengths = None, reverse: bool = False, unroll: int | bool = 1
          ) -> tuple[PyTree, PyTree]:
   """Runs ``cell`` over the time axis of a batch-major input.
@@ -267,7 +342,8 @@ def scan(cell: Cell, params: PyTree, inputs: jax.Array, initial_state: PyTree,
     params: the cell's params pytree.
     inputs: ``<float>[B, T, d]`` (T = 0 and B = 0 allowed).
     initial_state: carry pytree with leaves ``[B, ...]`` (Elman: ``[B, H]``;
-      a leaf ``[H]`` is broadcast over the batch, ``broadcast_state``).
+      a leaf ``[H]`` is broadcast over the batch, ``broadcast_state``); None
+      (default): zeros (``zero_state``).
     lengths: optional ``<int>[B]`` (an array or a list) with values in [0, T]
       (checked when concrete; under ``jit`` values outside are clipped to [0, T]).
     reverse: run right to left within each length.
@@ -280,16 +356,17 @@ def scan(cell: Cell, params: PyTree, inputs: jax.Array, initial_state: PyTree,
   Raises:
     ValueError: for inputs not of rank 3 or not floating, an initial state of
       another batch size or of another layout than the carry the cell
-      returns, params of two floating dtypes, or lengths of the wrong shape,
-      dtype or range.
+      returns, params of two floating dtypes, lengths of the wrong shape,
+      dtype or range, or no initial state for a cell without ``zero_state``.
 
   References:
     Werbos (1990), "Backpropagation through time: what it does and how to
     do it" (the unrolled recurrence autodiff differentiates).
   """
+  initial_state = with_initial_state(cell, params, inputs, initial_state)
   initial_state = broadcast_state(cell, params, inputs, initial_state)
   check_inputs(inputs, initial_state, lengths)
-  inputs, initial_state = cast_floating((inputs, initial_state), compute_dtype(params))
+  inputs, initial_state = in_params_dtype(params, (inputs, initial_state))
   check_carry(cell, params, inputs, initial_state)
   lengths = as_lengths(lengths, inputs.shape[1])
   inputs = zero_padding(inputs, lengths)
@@ -316,8 +393,9 @@ def scan(cell: Cell, params: PyTree, inputs: jax.Array, initial_state: PyTree,
   return outputs, final
 
 
-def truncated_scan(cell: Cell, params: PyTree, inputs: jax.Array, initial_state: PyTree,
-                   truncation: int, unroll: int | bool = 1) -> tuple[PyTree, PyTree]:
+def truncated_scan(cell: Cell, params: PyTree, inputs: jax.Array, initial_state: PyTree = None,
+                   truncation: int | None = None, unroll: int | bool = 1
+                   ) -> tuple[PyTree, PyTree]:
   """Truncated BPTT: ``scan`` in windows of ``truncation`` (tau) steps.
 
   The forward pass is identical to ``scan``; the state passes from window to
@@ -329,8 +407,9 @@ def truncated_scan(cell: Cell, params: PyTree, inputs: jax.Array, initial_state:
 
   Args:
     cell, params, inputs, initial_state, unroll: as in ``scan`` (the same
-      dtype rule: the params' dtype).
-    truncation: tau >= 1, window length in steps.
+      dtype rule: the params' dtype; None is zeros).
+    truncation: tau >= 1, window length in steps (required; a keyword where the
+      initial state is left out).
 
   Returns:
     ``(outputs [B, T, H], final_state)``, in the params' dtype.
@@ -346,9 +425,10 @@ def truncated_scan(cell: Cell, params: PyTree, inputs: jax.Array, initial_state:
   if isinstance(truncation, (bool, np.bool_)) or not isinstance(truncation, (int, np.integer)) \
       or truncation < 1:
     raise ValueError(f'truncation: expected an int tau >= 1, got {truncation!r}')
+  initial_state = with_initial_state(cell, params, inputs, initial_state)
   initial_state = broadcast_state(cell, params, inputs, initial_state)
   check_inputs(inputs, initial_state, None)
-  inputs, initial_state = cast_floating((inputs, initial_state), compute_dtype(params))
+  inputs, initial_state = in_params_dtype(params, (inputs, initial_state))
   check_carry(cell, params, inputs, initial_state)
   batch, steps = inputs.shape[:2]
   full = steps // truncation * truncation  # steps in full windows

@@ -176,7 +176,7 @@ def omega(w_hh: jax.typing.ArrayLike, states: jax.typing.ArrayLike,
 
 
 def omega_value_and_grad(params: Mapping[str, Any], inputs: jax.typing.ArrayLike,
-                         initial_state: jax.typing.ArrayLike,
+                         initial_state: jax.typing.ArrayLike | None,
                          state_gradients: jax.typing.ArrayLike, activation: str = 'tanh',
                          lengths: jax.typing.ArrayLike | None = None,
                          through_states: bool = False, ratio: str = 'squared_norm',
@@ -198,7 +198,7 @@ def omega_value_and_grad(params: Mapping[str, Any], inputs: jax.typing.ArrayLike
     params: Elman cell params ``{'W_xh': [d, H], 'W_hh': [H, H], 'b': [H]}``
       (+ ``'b_hh'``), as ``cells.init_elman``.
     inputs: ``<float32>[B, T, d]``.
-    initial_state: ``<float32>[B, H]``.
+    initial_state: ``<float32>[B, H]``; None: zeros.
     state_gradients: ``<float32>[B, T, H]``, dE/dh_t of the loss at these
       params (``diagnostics.state_gradients``).
     activation: the cell's phi, one of ``cells.ACTIVATIONS``.
@@ -230,7 +230,8 @@ def omega_value_and_grad(params: Mapping[str, Any], inputs: jax.typing.ArrayLike
 
 
 def omega_penalty(params: Mapping[str, Any], inputs: jax.typing.ArrayLike,
-                  initial_state: jax.typing.ArrayLike, loss_fn: Callable[[jax.Array], jax.Array],
+                  initial_state: jax.typing.ArrayLike | None,
+                  loss_fn: Callable[[jax.Array], jax.Array],
                   activation: str = 'tanh', lengths: jax.typing.ArrayLike | None = None,
                   states: jax.typing.ArrayLike | None = None, ratio: str = 'squared_norm',
                   reduction: str = 'mean', bound: float = REFERENCE_BOUND) -> jax.Array:
@@ -252,7 +253,7 @@ def omega_penalty(params: Mapping[str, Any], inputs: jax.typing.ArrayLike,
       ``params['recurrence']['cell']`` of a ``models.LanguageModel``).
     inputs: ``<float32>[B, T, d]``, the layer's inputs (an LM's embedded or
       one-hot tokens, ``model.embed``).
-    initial_state: ``<float32>[B, H]``.
+    initial_state: ``<float32>[B, H]``; None: zeros.
     loss_fn: ``loss_fn(states <float32>[B, T, H]) -> scalar``, the loss E as a
       function of the layer's states (the readout and targets closed over);
       its params may be traced: dE/dh_t is held constant whatever it reads.
@@ -277,6 +278,7 @@ def omega_penalty(params: Mapping[str, Any], inputs: jax.typing.ArrayLike,
   _check_options(activation, ratio, reduction, bound)
   cell = cells.elman(activation)
   held = jax.lax.stop_gradient(params)
+  initial_state = recurrence.with_initial_state(cell, held, inputs, initial_state)
   inputs, initial_state = jax.lax.stop_gradient((inputs, initial_state))
   if states is not None and jnp.shape(states) != jnp.shape(inputs)[:2] + jnp.shape(
       initial_state)[-1:]:

@@ -64,7 +64,8 @@ def test_all_names_the_public_api(module):
   assert set(functions) - set(module.__all__) <= {
       'check_step', 'check_inputs', 'check_floating', 'check_carry', 'cast_floating',
       'as_lengths', 'zero_padding', 'check_radius', 'host_spectral_radius',
-      'not_finite_message'}, 'a public function outside __all__ that is not package plumbing'
+      'not_finite_message', 'with_initial_state'
+  }, 'a public function outside __all__ that is not package plumbing'
 
 
 @pytest.mark.parametrize('module', MODULES, ids=lambda m: m.__name__)
