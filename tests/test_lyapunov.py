@@ -216,3 +216,55 @@ def test_flossing_gradient_equals_central_differences():
         numeric[index] = (plus - minus) / (2 * step)
       np.testing.assert_allclose(grads[name], numeric, rtol=1e-6, atol=1e-9, err_msg=name)
       assert np.abs(numeric).max() > 1e-3
+
+
+def _chaotic():
+  """A 32-unit tanh network at spectral radius 3 (lambda_1 about +0.27 under weak inputs)."""
+  return cells.init_elman(jax.random.key(0), 4, 32, 'gaussian', radius=3.0)
+
+
+def test_from_a_chaotic_start_only_the_gradient_through_the_states_explodes():
+  """The full flossing gradient grows like exp(lambda_1 T) with the window (measured: 967 at
+  T = 30, 2e11 at 100, inf at 300); with the states held constant it stays bounded (0.29,
+  0.47, 42.5), and the loss is the same either way."""
+  params = _chaotic()
+  for steps, full_at_least in ((100, 1e8), (300, np.inf)):
+    inputs = 0.1 * jax.random.normal(jax.random.key(1), (16, steps, 4))
+    norms, values = {}, {}
+    for through in (True, False):
+      value, grads = jax.value_and_grad(lambda p, t=through: lyapunov.flossing_loss(
+          cells.elman(), p, inputs, k=1, transient=steps // 3, through_states=t))(params)
+      norms[through] = float(jnp.sqrt(sum(jnp.sum(g ** 2) for g in jax.tree.leaves(grads))))
+      values[through] = float(value)
+    assert norms[True] >= full_at_least or not np.isfinite(norms[True]), (steps, norms)
+    assert norms[False] < 100, (steps, norms)
+    assert values[True] == values[False]
+
+
+@pytest.mark.slow
+def test_flossing_with_the_states_held_brings_a_chaotic_network_to_the_edge():
+  """docs/diagnostics.md's settings: windows of 30 steps (10 transient), 16 sequences a step,
+  Adam at 0.03 cosine-decayed to 0.003 over 300 steps, through_states=False. Measured (jax
+  0.9.2, CPU): lambda_1 +0.27, -0.042 at step 50, -0.002 at step 300."""
+  import optax  # pylint: disable=import-outside-toplevel
+  optimizer = optax.adam(optax.cosine_decay_schedule(0.03, 300, 0.1))
+
+  @jax.jit
+  def step(params, opt_state, key):
+    inputs = 0.1 * jax.random.normal(key, (16, 30, 4))
+    grads = jax.grad(lambda p: lyapunov.flossing_loss(cells.elman(), p, inputs, k=1,
+                                                      transient=10, through_states=False))(params)
+    updates, opt_state = optimizer.update(grads, opt_state)
+    return optax.apply_updates(params, updates), opt_state
+
+  probe = 0.1 * jax.random.normal(jax.random.key(99), (4, 2000, 4))
+  largest = jax.jit(lambda p: jnp.mean(lyapunov.lyapunov_spectrum(cells.elman(), p, probe,
+                                                                  transient=200)))
+  params = _chaotic()
+  assert float(largest(params)) > 0.2
+  opt_state, seen = optimizer.init(params), []
+  for i in range(1, 301):
+    params, opt_state = step(params, opt_state, jax.random.fold_in(jax.random.key(0), i))
+    if i % 25 == 0:
+      seen.append(float(largest(params)))
+  assert min(abs(value) for value in seen) < 0.05, seen
