@@ -86,7 +86,7 @@ def measure(config) -> dict:
           {k: jnp.asarray(v, dtype) for k, v in host.items()}, transient=config.transient,
           dtype=dtype).values()
     variance = gradient_tables.mean_field_variance(config.spectral_radius, config.input_scale)
-  row = {k: float(v) for k, v in row.items()}
+  row = {k: float(v) for k, v in row.items() if k != 'measured_spectral_radius'}  # ratios
   return {'measured_spectral_radius': float(initializers.host_spectral_radius(w_hh)),
           'sigma_max': float(np.linalg.norm(w_hh, 2)),
           **{f'ratio_k{k}': row[k] for k in DISTANCES},

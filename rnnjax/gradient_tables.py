@@ -18,7 +18,8 @@ explodes (Pascanu, Mikolov & Bengio 2013, eq. 7). Two protocols:
                 median over the sequences of ``diagnostics.state_gradients``.
                 The network's states saturate (tanh' well below 1), so its
                 gradient vanishes faster than the linearised protocol's at the
-                same rho: the two tables differ, and both are right.
+                same rho: the two tables differ, and both are right. Each row
+                also holds its W_hh's measured spectral radius.
 
 Mean-field theory predicts both rates (``mean_field_variance``,
 ``mean_field_rate``). With W_hh's entries of variance rho^2 / H (a Gaussian
@@ -127,10 +128,10 @@ def mean_field_rate(radius: float, variance: float) -> float:
 
 
 def _linearised(radii: Sequence[float], distances: Sequence[int], hidden_size: int,
-                seed: int) -> dict[float, dict[int, float]]:
+                seed: int) -> dict[float, dict[int | str, float]]:
   rng = np.random.default_rng(seed)
   steps = max(distances)
-  rows: dict[float, dict[int, float]] = {}
+  rows: dict[float, dict[int | str, float]] = {}
   for rho in radii:
     w = rng.normal(0, 1, (hidden_size, hidden_size))
     w *= rho / initializers.host_spectral_radius(w)
@@ -151,10 +152,10 @@ def _linearised(radii: Sequence[float], distances: Sequence[int], hidden_size: i
 
 def _network(radii: Sequence[float], distances: Sequence[int], hidden_size: int, seed: int,
              sequences: int, params: Mapping[str, Any] | None, input_scale: float,
-             transient: int, dtype: Any) -> dict[float, dict[int, float]]:
+             transient: int, dtype: Any) -> dict[float, dict[int | str, float]]:
   steps = transient + max(distances) + 1
   key_inputs, key_loss, key_params = jax.random.split(jax.random.key(seed), 3)
-  rows: dict[float, dict[int, float]] = {}
+  rows: dict[float, dict[int | str, float]] = {}
   for rho in radii:
     cell_params = params if params is not None else cells.init_elman(
         key_params, hidden_size, hidden_size, 'gaussian', rho,
@@ -170,22 +171,25 @@ def _network(radii: Sequence[float], distances: Sequence[int], hidden_size: int,
     lengths = norms.vector_norm(gradients, axis=-1)  # [B, T]: each sequence's own loss
     ratios = np.median(np.stack([np.asarray(lengths[:, -1 - k] / lengths[:, -1])
                                  for k in distances], axis=1), axis=0)
-    label = float(initializers.host_spectral_radius(np.asarray(cell_params['W_hh']))
-                  ) if params is not None else rho
-    rows[label] = {k: float(r) for k, r in zip(distances, ratios)}
+    measured = float(initializers.host_spectral_radius(np.asarray(cell_params['W_hh'])))
+    rows[rho] = {**{k: float(r) for k, r in zip(distances, ratios)},
+                 'measured_spectral_radius': measured}
   return rows
 
 
-def gradient_norm_table(radii: Sequence[float] = (0.7, 1.0, 1.3),
+def gradient_norm_table(radii: Sequence[float] | None = None,
                         distances: Sequence[int] = (20, 40, 60), protocol: str = 'network',
                         hidden_size: int = 64, seed: int = 1, sequences: int = 64,
                         params: Mapping[str, Any] | None = None, input_scale: float = 1.0,
                         transient: int = 0, dtype: Any = jnp.float32
-                        ) -> dict[float, dict[int, float]]:
+                        ) -> dict[float, dict[int | str, float]]:
   """||dL/dh_{T-k}|| / ||dL/dh_T|| for each spectral radius and distance k.
 
   Args:
-    radii: spectral radii rho >= 0 of W_hh (ignored with ``params``).
+    radii: spectral radii rho >= 0 of W_hh, the rows' keys; None is (0.7, 1.0,
+      1.3). With ``params``: the one row's key (the radius the params were
+      made at, say), one radius or None (then their W_hh's measured radius
+      rounded to 6 digits, so that W_hh at 1.0 in float32 is row 1.0).
     distances: k >= 1, in steps.
     protocol: 'linearised' or 'network' (the module docstring).
     hidden_size: H, the units: W_hh is ``[H, H]``; a fresh 'network' reads
@@ -195,7 +199,7 @@ def gradient_norm_table(radii: Sequence[float] = (0.7, 1.0, 1.3),
     params: 'network': an Elman cell's params ``{'W_xh': [d, H], 'W_hh': [H, H],
       'b': [H]}`` (a trained run's, e.g.
       ``rnnjax.train.checkpoints.final_params(folder)``'s cell) instead of a fresh
-      init; the row is labelled with their W_hh's spectral radius.
+      init: one row, computed once.
     input_scale: 'network', a fresh init: sigma_in >= 0, the standard deviation of
       each unit's drive x_t W_xh (W_xh ~ N(0, sigma_in^2 / d), b = 0); 1.0 is
       ``cells.init_elman``'s default.
@@ -206,11 +210,13 @@ def gradient_norm_table(radii: Sequence[float] = (0.7, 1.0, 1.3),
 
   Returns:
     ``{rho: {k: ratio}}``, each ratio a scalar (Python floats; format it with
-    ``diagnostics.norm_table``).
+    ``diagnostics.norm_table``); a 'network' row also holds
+    ``'measured_spectral_radius'``, its W_hh's (float32, on the host).
 
   Raises:
     ValueError: naming the argument, for an unknown protocol, radii that are
-      not finite numbers >= 0, distances that are not ints >= 1, or sizes < 1.
+      not finite numbers >= 0 (or more than one with ``params``), distances
+      that are not ints >= 1, or sizes < 1.
 
   References:
     Pascanu, Mikolov & Bengio (2013), "On the difficulty of training recurrent
@@ -218,7 +224,12 @@ def gradient_norm_table(radii: Sequence[float] = (0.7, 1.0, 1.3),
   """
   if protocol not in PROTOCOLS:
     raise ValueError(f'protocol: expected one of {PROTOCOLS}, got {protocol!r}')
-  radii = tuple(radii)
+  if params is not None and radii is not None and len(tuple(radii)) != 1:
+    raise ValueError(f'radii: expected one radius with params (the row\'s key) or None, got '
+                     f'{tuple(radii)!r}')
+  if params is not None and radii is None:
+    radii = (round(float(initializers.host_spectral_radius(np.asarray(params['W_hh']))), 6),)
+  radii = (0.7, 1.0, 1.3) if radii is None else tuple(radii)
   for rho in radii:
     initializers.check_radius('radii', rho)
   distances = tuple(distances)

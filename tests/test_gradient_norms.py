@@ -38,6 +38,24 @@ def test_a_real_network_vanishes_faster_and_larger_radii_vanish_slower():
   assert network[0.7][20] < network[1.0][20] < network[1.3][20]
 
 
+def test_given_params_make_one_row_keyed_by_the_requested_radius(monkeypatch):
+  """Params whose W_hh measures 1.0000001 in float32: row 1.0 (the radius asked for, or the
+  measured one rounded), the measured radius in the row, the row computed once."""
+  from rnnjax import cells  # pylint: disable=import-outside-toplevel
+  params = cells.init_elman(jax.random.key(3), 8, 8, 'orthogonal', radius=1.0)
+  calls = []
+  real = diagnostics.state_gradients
+  monkeypatch.setattr(diagnostics, 'state_gradients',
+                      lambda *args, **kwargs: calls.append(1) or real(*args, **kwargs))
+  for radii in (None, (1.0,)):
+    calls.clear()
+    table = gradient_tables.gradient_norm_table(radii, (1, 5), params=params, sequences=4)
+    assert list(table) == [1.0] and len(calls) == 1
+    assert abs(table[1.0]['measured_spectral_radius'] - 1.0) < 1e-6
+  with pytest.raises(ValueError, match=r'^radii: expected one radius with params'):
+    gradient_tables.gradient_norm_table((0.7, 1.0), (1, 5), params=params)
+
+
 @pytest.mark.parametrize('kwargs, message', [
     (dict(protocol='exact'), "protocol: expected one of \\('linearised', 'network'\\)"),
     (dict(distances=(0, 5)), 'distances: expected ints >= 1'),
@@ -62,6 +80,7 @@ def test_the_sweep_measures_a_trained_run_and_every_radius(tmp_path, shared_data
       'cell'], sequences=8)
   (radius, row), = trained.items()
   assert 0 < radius < 2 and 0 < row[5] < row[1]
+  assert radius == round(row['measured_spectral_radius'], 6)
   config = tmp_path / 'small.py'
   config.write_text('from experiments.configs.gradient_norms import get_config\n\n'
                     'def get_sweep():\n'
