@@ -205,10 +205,27 @@ def test_help_lists_the_config_fields_and_exits_0():
 
 def test_help_without_a_config_lists_the_flags_and_exits_0():
   for module, flag in (('launch.run', '--workdir'), ('launch.sweep', '--slurm.NAME=VALUE')):
-    result = subprocess.run([sys.executable, '-m', module, '--help'], capture_output=True,
-                            text=True)
-    assert result.returncode == 0 and flag in result.stdout, result.stderr
-    assert 'With --config=CONFIG.py, --help also lists the fields' in result.stdout
+    for asked in ('--help', '--helpfull'):  # absl's convention: --helpfull too
+      result = subprocess.run([sys.executable, '-m', module, asked], capture_output=True,
+                              text=True)
+      assert result.returncode == 0 and flag in result.stdout, result.stderr
+      assert 'With --config=CONFIG.py, --help also lists the fields' in result.stdout
+
+
+def test_a_jobs_log_leaves_out_the_libraries_info_lines_unless_asked():
+  """A run's log.txt and a job's stderr hold the run's own INFO lines; orbax's, absl's and
+  JAX's from WARNING, unless --verbosity is 1 (DEBUG) or more."""
+  import logging  # pylint: disable=import-outside-toplevel
+  from rnnjax.train import job  # pylint: disable=import-outside-toplevel
+  record = lambda name, path, level: logging.LogRecord(name, level, path, 1, 'm', None, None)
+  records = [record('absl', '/v/site-packages/orbax/checkpoint/manager.py', logging.INFO),
+             record('jax._src.xla_bridge', '/v/site-packages/jax/_src/xla_bridge.py',
+                    logging.INFO),
+             record('absl', '/v/site-packages/rnnjax/train/trainer.py', logging.INFO),
+             record('absl', '/home/me/mylab/my_task.py', logging.INFO),
+             record('absl', '/v/site-packages/orbax/checkpoint/manager.py', logging.WARNING)]
+  assert [job._quiet(0)(r) for r in records] == [False, False, True, True, True]
+  assert all(job._quiet(1)(r) for r in records)
 
 
 def test_no_tpu_line_on_a_cpu(tmp_path, shared_data_dir):

@@ -12,7 +12,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 EXPERIMENT = '''
-"""A two-run experiment of the user's own: a linear model of noise, its loss in nats."""
+"""A two-run experiment of the user's own: a linear model of noise, its squared error."""
 import jax
 import jax.numpy as jnp
 from rnnjax.train import experiment
@@ -26,7 +26,7 @@ def task(config):
 
   return trainer.Task(init=lambda config, key: {'w': jnp.zeros((2, 1))}, loss=loss,
                       batch=lambda step: {}, report=lambda config, params: {
-                          'weight': float(params['w'][0, 0])})
+                          'weight': float(params['w'][0, 0])}, loss_unit='squared error')
 
 
 EXPERIMENT = experiment.Experiment(name=__name__, task=task, fields={}, report=('weight',),

@@ -74,7 +74,9 @@ def test_sweep_runs_skips_and_tabulates(tmp_path, shared_data_dir):
     assert metrics_steps(workdir / name) == [1, 10, 20, 30]
     timing = json.loads((workdir / name / 'timing.json').read_text())
     assert timing['group_size'] == 2  # the two valid runs trained as one vmapped group
-    assert 'rnnjax.train.job' in (workdir / name / 'log.txt').read_text()
+    log = (workdir / name / 'log.txt').read_text()
+    assert 'rnnjax.train.job' in log and 'step 30/30' in log
+    assert 'orbax' not in log and 'CheckpointManager' not in log  # libraries' INFO left out
   rows = list(csv.DictReader(open(workdir / 'results.csv')))
   assert [r['spectral_radius'] for r in rows] == ['0.5', '1.5', '-1.0']
   assert [r['status'] for r in rows] == ['finished', 'finished', 'failed']

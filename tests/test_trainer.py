@@ -399,6 +399,23 @@ def test_a_solved_run_stops_and_the_others_go_on(tmp_path):
   assert [line['step'] for line in lines[1]][-1] == 40
 
 
+def test_a_loss_in_another_unit_than_nats_is_named_so_and_has_no_bits(tmp_path, caplog):
+  """``Task.loss_unit``: a squared error is logged and summarised as such, never in bits; a
+  loss in nats (the default) keeps its bits."""
+  squared = linear_task([1.0, 0.0])._replace(loss_unit='squared error')
+  with caplog.at_level('INFO'):
+    _, run_records, lines = train(squared, [config(steps=2)], tmp_path / 'squared')
+  assert all('bits' not in line for line in lines[0])
+  record = run_records[0]
+  assert record['loss_unit'] == 'squared error' and record['train_loss'] == lines[0][-1]['loss']
+  assert 'train_loss_nats' not in record and 'train_loss_bits' not in record
+  steps = [r.getMessage() for r in caplog.records if 'step 2/2' in r.getMessage()]
+  assert steps and 'loss -1.0000 squared error  grad norm' in steps[0], steps
+  _, run_records, lines = train(linear_task([1.0, 0.0]), [config(steps=2)], tmp_path / 'nats')
+  assert run_records[0]['loss_unit'] == 'nats'
+  assert run_records[0]['train_loss_bits'] == pytest.approx(lines[0][-1]['loss'] / math.log(2))
+
+
 def test_the_largest_lyapunov_exponent_is_logged_on_request(stream, tmp_path):
   """``measure_lyapunov``: each metrics line and the summary carry the largest Lyapunov
   exponent of the probe's trajectory, the final one that of the saved params."""

@@ -48,7 +48,7 @@ SLURM_CONFIG = ml_collections.ConfigDict({
     'slurm_partition': '', 'timeout_min': 60, 'cpus_per_task': 2, 'slurm_gpus_per_task': 0,
     'mem_gb': 8, 'slurm_account': '', 'slurm_qos': '', 'slurm_array_parallelism': 16, 'nodes': 1,
     'tasks_per_node': 1})
-HELP = ('--help', '-h', '--helpshort', '-?')
+HELP = ('--help', '-h', '--helpshort', '-?', '--helpfull')  # absl's help flags, all one page
 
 
 def _say(line: str) -> None:
@@ -174,7 +174,7 @@ def run_main() -> None:
   from rnnjax.train import sweep
   logging.use_absl_handler()
   try:
-    received = jobs.setup_process()
+    received = jobs.setup_process(verbosity=FLAGS.verbosity)
   except ValueError as error:  # the distributed variables, named before any folder is touched
     _fail(str(error))
   result = jobs.run_job({'id': 'run', 'experiment': config.experiment,
@@ -236,7 +236,7 @@ def sweep_main() -> None:
     status = sweep.sweep(experiment, configs, overrides, pathlib.Path(FLAGS.workdir),
                          command_line, FLAGS.executor, FLAGS.overwrite, FLAGS.max_group_size,
                          FLAGS.processes, FLAGS.threads_per_run, FLAGS.slurm.to_dict(),
-                         FLAGS.stall_minutes * 60)
+                         FLAGS.stall_minutes * 60, FLAGS.verbosity)
   except (sweep.SweepError, run_folder.FolderInUse, ValueError, OSError) as error:
     _fail(str(error))
   sys.exit(status)

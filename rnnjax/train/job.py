@@ -2,10 +2,14 @@
 
 A job is a JSON object: ``{"id": "3", "experiment": "experiments.char_lm", "overwrite":
 "changed", "runs": [{"folder": ..., "config": {... as config.json}}, ...], "result":
-".../.jobs/3.result.json", "provenance": {...}}``. ``run_job`` trains it through the harness
+".../.jobs/3.result.json", "provenance": {...}, "verbosity": 0}``. ``run_job`` trains it through the harness
 and writes its result file: per run its ``status`` (finished, diverged, failed, interrupted)
 and a one-line ``reason``, and the job's ``exit`` kind (ok, error, full_disk, out_of_memory,
 interrupted). A process calls ``setup_process`` once before its first job.
+
+Logs: a job's own lines (rnnjax's, the experiment's) at INFO; those of the libraries it runs
+on (orbax, absl, jax, flax, tensorstore) from WARNING, unless the job's ``verbosity`` (the
+commands' absl ``--verbosity``) is 1 (DEBUG) or more.
 
 ``python -m rnnjax.train.job`` is a worker: jobs come on stdin, one JSON object a line; events
 go to stdout, one JSON object a line: ``{"job": id, "event": "taken"}``, ``{"job": id,
@@ -35,9 +39,23 @@ from rnnjax.train import harness
 from rnnjax.train import trainer
 
 __all__ = ['setup_process', 'keep_freed_memory', 'run_job', 'failure', 'serve',
-           'COMPILATION_CACHE_VARIABLE']
+           'COMPILATION_CACHE_VARIABLE', 'LIBRARIES']
 
 COMPILATION_CACHE_VARIABLE = 'RNNJAX_COMPILATION_CACHE'
+LIBRARIES = ('orbax', 'absl', 'jax', 'jaxlib', 'flax', 'tensorstore')
+"""The packages whose INFO lines a job's logs leave out (below ``--verbosity=1``)."""
+
+
+def _quiet(verbosity: int) -> Callable[[python_logging.LogRecord], bool]:
+  """A logging filter: False for a record below WARNING from one of ``LIBRARIES`` (by its
+  logger's name, or by its source file for absl.logging's records) where ``verbosity`` < 1."""
+  def keep(record: python_logging.LogRecord) -> bool:
+    if verbosity >= 1 or record.levelno >= python_logging.WARNING:
+      return True
+    source = set(pathlib.PurePath(record.pathname).parts[:-1])
+    return record.name.split('.')[0] not in LIBRARIES or record.name == 'absl' and not (
+        source & set(LIBRARIES))
+  return keep
 DISTRIBUTED_VARIABLES = ('RNNJAX_COORDINATOR', 'RNNJAX_NUM_PROCESSES', 'RNNJAX_PROCESS_ID')
 
 
@@ -82,9 +100,10 @@ def _initialize_distributed() -> None:
   jax.distributed.initialize(given['RNNJAX_COORDINATOR'], int(count), int(index))
 
 
-def setup_process(signals: Sequence[int] = (signal.SIGTERM, signal.SIGUSR2, signal.SIGINT)
-                  ) -> list[int]:
-  """What a process that runs jobs does once: quiets JAX's search for a TPU and orbax's logs,
+def setup_process(signals: Sequence[int] = (signal.SIGTERM, signal.SIGUSR2, signal.SIGINT),
+                  verbosity: int = 0) -> list[int]:
+  """What a process that runs jobs does once: logs at INFO (``verbosity``, absl's: 1 is DEBUG)
+  with the INFO lines of the libraries it runs on left out below 1 (module docstring),
   ``keep_freed_memory``, turns on JAX's persistent compilation cache in
   ``$RNNJAX_COMPILATION_CACHE`` (default ``~/.cache/rnnjax/xla``; empty: off), joins
   ``jax.distributed`` where it is one of several processes, and makes ``signals`` requests
@@ -94,9 +113,8 @@ def setup_process(signals: Sequence[int] = (signal.SIGTERM, signal.SIGUSR2, sign
     the signals received since, in order (empty: go on); a job's runs checkpoint and stop
     at their next step once it is not. A second SIGINT interrupts at once.
   """
-  logging.set_verbosity(logging.INFO)
-  python_logging.getLogger('jax._src.xla_bridge').setLevel(python_logging.WARNING)
-  logging.get_absl_handler().addFilter(lambda record: 'orbax' not in record.pathname)
+  logging.set_verbosity(max(verbosity, logging.INFO))
+  logging.get_absl_handler().addFilter(_quiet(verbosity))
   default_hook = sys.unraisablehook
 
   def hook(unraisable: Any) -> None:  # tensorstore writes ending after a failed save's loop
@@ -155,10 +173,11 @@ class _RunLogs(python_logging.Handler):
   """Appends the log records of a job to its runs' log.txt, in the folders that exist (a
   run's folder is made by the harness once its checks and data have passed)."""
 
-  def __init__(self, folders: list[pathlib.Path]):
+  def __init__(self, folders: list[pathlib.Path], verbosity: int):
     super().__init__()
     self.folders = folders
     self.setFormatter(python_logging.Formatter('%(asctime)s %(levelname)s %(message)s'))
+    self.addFilter(_quiet(verbosity))
 
   def emit(self, record: python_logging.LogRecord) -> None:
     text = self.format(record) + '\n'
@@ -183,7 +202,7 @@ def run_job(job: dict, received: list[int] | None = None,
     the result: ``{"id", "exit", "runs": [{"folder", "status", "reason"}]}``.
   """
   folders = [pathlib.Path(run['folder']) for run in job['runs']]
-  handler = _RunLogs(folders) if log_to_runs else None
+  handler = _RunLogs(folders, job.get('verbosity', 0)) if log_to_runs else None
   if handler is not None:
     python_logging.getLogger().addHandler(handler)
     logging.info('=== job %s: %d run(s) in process %d', job.get('id', ''), len(folders),

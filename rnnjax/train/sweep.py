@@ -96,7 +96,7 @@ def sweep(experiment: experiments.Experiment, configs: list[ConfigDict], overrid
           workdir: pathlib.Path, command_line: dict | None = None, executor: str = 'local',
           overwrite: bool = False, max_group_size: int = 0, processes: int = 0,
           threads_per_run: int = 0, slurm: dict | None = None,
-          stall_seconds: float = 1800.0) -> int:
+          stall_seconds: float = 1800.0, verbosity: int = 0) -> int:
   """Plans, trains and tabulates a sweep (the module docstring).
 
   Args:
@@ -114,6 +114,8 @@ def sweep(experiment: experiments.Experiment, configs: list[ConfigDict], overrid
     slurm: submitit's parameters (``slurm_partition``, ``timeout_min``, ...).
     stall_seconds: local: a job that reports no progress for this long is killed
       (a minute after a warning).
+    verbosity: absl's, of the jobs' logs (``job``'s module docstring): from 1, the INFO
+      lines of the libraries too.
 
   Returns:
     the exit status: 0, or 1 when a run failed (each reason printed), 130 when
@@ -166,7 +168,7 @@ def sweep(experiment: experiments.Experiment, configs: list[ConfigDict], overrid
   where = provenance()
   jobs = [{'id': str(n), 'experiment': experiment.name, 'overwrite': 'all' if overwrite else
            'changed', 'result': str((job_folder / f'{n}.result.json').absolute()),
-           'provenance': where,
+           'provenance': where, 'verbosity': verbosity,
            'runs': [{'folder': str(plans[i].folder.absolute()),
                      'config': experiments.as_dict(plans[i].config)} for i in group]}
           for n, group in enumerate(groups)]

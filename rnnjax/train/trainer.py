@@ -22,7 +22,9 @@ check that improves by less ends the run (converged).
 ``task.batch(t)`` is a function of t alone and the carry and key are checkpointed, so a run
 killed at any moment and rerun gives the same params, metrics and summary, bit for bit.
 
-Units: losses in nats; bits = nats / ln 2.
+Units: a task's loss is in its ``loss_unit`` (default nats, a cross-entropy); for nats the
+metrics and summary also give bits = nats / ln 2, for any other unit (a regression's squared
+error, say) the loss alone, under its unit's name.
 """
 
 import math
@@ -53,7 +55,7 @@ class Task(NamedTuple):
   """What an experiment gives the trainer: data, model and loss. ``batch`` is a function of
   the step alone, the same for every run of a group; a run's randomness comes from its key."""
   init: Callable  # init(config, key) -> params pytree of one run
-  loss: Callable  # loss(params, carry, batch, key) -> (<float32>[] nats, carry)
+  loss: Callable  # loss(params, carry, batch, key) -> (<float32>[] in loss_unit, carry)
   batch: Callable  # batch(step >= 1) -> pytree of numpy arrays
   carry: Any = ()  # the initial carry of one run (truncated BPTT's state); () for none
   probe: Callable | None = None  # probe(params, carry, batch) -> diagnostics.Probe
@@ -63,6 +65,7 @@ class Task(NamedTuple):
   solved: Callable | None = None  # solved(config, params) -> bool: the run stops, solved
   solved_every: int = 0  # steps between the checks of ``solved``
   validate: Callable | None = None  # validate(config, params) -> held-out loss (nats), host
+  loss_unit: str = 'nats'  # the loss's unit: 'nats' (then also bits) or another, as named
 
 
 # The metrics, as data: name -> (the step's quantity, its reduction over the steps of a
@@ -316,6 +319,11 @@ def plateau(loss: float, last: float, decaying: bool, threshold: float
   return True, decaying
 
 
+def _in_bits(task: Task, loss: float) -> dict[str, float]:
+  """``{'bits': loss / ln 2}`` for a loss in nats; nothing for a loss of another unit."""
+  return {'bits': loss / math.log(2)} if task.loss_unit == 'nats' else {}
+
+
 def _profile(values: np.ndarray) -> dict[str, float]:
   return {str(k): float(v) for k, v in zip(diagnostics.PROFILE_DISTANCES, values)
           if not math.isnan(v)}
@@ -328,7 +336,8 @@ def train(task: Task, configs: Sequence[ConfigDict], folders: Sequence[pathlib.P
   """Trains a group of runs to ``config.steps``, resuming from their checkpoints.
 
   Every logged step (1, each ``log_every``, the last) appends to each run's metrics.jsonl
-  and TensorBoard events: loss (nats, mean of the finite steps since the last line), bits,
+  and TensorBoard events: loss (in the task's ``loss_unit``, mean of the finite steps since
+  the last line), bits (for a loss in nats),
   grad_norm (pre-clip global norm), max_grad_norm, clipped (this step), clipped_fraction,
   update_norm, skipped (since the last line), and measured_spectral_radius and the
   gradient-norm profile {k: ||dL/dh_{T-k}|| / ||dL/dh_T||} of the params and carry the step
@@ -348,10 +357,11 @@ def train(task: Task, configs: Sequence[ConfigDict], folders: Sequence[pathlib.P
   Returns:
     ``(params, records, seconds)``: R final params (the last finite ones, those saved), R
     dicts (status 'finished' or 'diverged', steps_done, diverged_step, solved_step,
-    skipped_steps, clipped_fraction, max_grad_norm, train_loss_nats and train_loss_bits of
-    the last logged interval, first_profile at initialization, final_measured_spectral_radius
-    and final_profile of the saved params on the last batch, and the largest Lyapunov
-    exponent first and final) and the seconds per phase.
+    skipped_steps, clipped_fraction, max_grad_norm, train_loss and loss_unit of the last
+    logged interval (for nats also train_loss_nats and train_loss_bits), first_profile at
+    initialization, final_measured_spectral_radius and final_profile of the saved params on
+    the last batch, and the largest Lyapunov exponent first and final) and the seconds per
+    phase.
 
   Raises:
     Interrupted: when ``stop_requested`` said so (after checkpointing).
@@ -414,7 +424,7 @@ def train(task: Task, configs: Sequence[ConfigDict], folders: Sequence[pathlib.P
       if stopped[i]:  # stopped in this interval or before: no more lines
         continue
       values = _reduced(interval, LOGGED, i)
-      line = {'step': step, 'loss': values['loss'], 'bits': values['loss'] / math.log(2),
+      line = {'step': step, 'loss': values['loss'], **_in_bits(task, values['loss']),
               **values, 'clipped': bool(values['clipped']), 'skipped': int(values['skipped']),
               'measured_spectral_radius': float(radius[i]), 'profile': _profile(profile[i])}
       if not math.isnan(exponent[i]):
@@ -425,10 +435,10 @@ def train(task: Task, configs: Sequence[ConfigDict], folders: Sequence[pathlib.P
       if writer:
         records.append_metrics(paths[i], line)
         records.write_scalars(boards[i], line)
-      logging.info('%sstep %d/%d  loss %.4f nats (%.3f bits)  grad norm %.3g%s',
+      logging.info('%sstep %d/%d  loss %.4f %s%s  grad norm %.3g%s',
                    f'run {i}: ' if runs > 1 else '', step, first.steps, line['loss'],
-                   line['bits'], line['grad_norm'],
-                   f'  skipped {line["skipped"]}' if line['skipped'] else '')
+                   task.loss_unit, f' ({line["bits"]:.3f} bits)' if 'bits' in line else '',
+                   line['grad_norm'], f'  skipped {line["skipped"]}' if line['skipped'] else '')
     return state._replace(interval=jax.tree_util.tree_map(jnp.zeros_like, state.interval))
 
   def check_solved(state: TrainState, step: int) -> TrainState:
@@ -549,8 +559,9 @@ def train(task: Task, configs: Sequence[ConfigDict], folders: Sequence[pathlib.P
         'clipped_fraction': (0.0 if math.isnan(totals['clipped_fraction'])
                              else totals['clipped_fraction']),
         'max_grad_norm': totals['max_grad_norm'],
-        'train_loss_nats': last.get('loss', math.nan),
-        'train_loss_bits': last.get('bits', math.nan),
+        'train_loss': last.get('loss', math.nan), 'loss_unit': task.loss_unit,
+        **({'train_loss_nats': last.get('loss', math.nan),
+            'train_loss_bits': last.get('bits', math.nan)} if task.loss_unit == 'nats' else {}),
         'final_measured_spectral_radius': float(final[0][i]),
         'first_profile': start.get('profile', {}),
         'first_largest_lyapunov_exponent': start.get('largest_lyapunov_exponent'),
