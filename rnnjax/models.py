@@ -80,7 +80,7 @@ class Elman(nn.Module):
   radius: float = 1.0
   biases: int = 1
   dtype: Any = None
-  param_dtype: Any = jnp.float32
+  param_dtype: Any = 'float32'  # as jnp.float32 (a name: autodoc documents a class twice)
 
   @nn.compact
   def __call__(self, inputs: jax.Array, initial_state: jax.Array | None = None,
@@ -173,7 +173,7 @@ class LanguageModel(nn.Module):
   biases: int = 1
   dropout_rate: float = 0.0
   dtype: Any = None
-  param_dtype: Any = jnp.float32
+  param_dtype: Any = 'float32'  # as jnp.float32 (a name: autodoc documents a class twice)
 
   def setup(self) -> None:
     dtype = self.param_dtype if self.dtype is None else self.dtype

@@ -11,10 +11,12 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 README = (ROOT / 'README.md').read_text()
 PRINTS = re.compile(r'#\s*prints:\s?(.*?)\s*$', re.M)
 
-MAIN_JOB = ('python3 -m venv .venv && .venv/bin/pip install -q -e . && '
+MAIN_JOB = ('python3 -m venv .venv && '
+            ".venv/bin/pip install -q -c constraints.txt -e '.[train]' && "
             'RNNJAX_DATA_DIR=${RNNJAX_DATA_DIR:-../shared/data} .venv/bin/python -m launch.sweep '
             '--config=experiments/configs/char_lm.py --workdir=results/char_lm_sweep')
-TESTS = ("python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' && "
+TESTS = ('python3 -m venv .venv && '
+         ".venv/bin/pip install -q -c constraints.txt -e '.[test]' && "
          'RNNJAX_DATA_DIR=${RNNJAX_DATA_DIR:-../shared/data} .venv/bin/python -m pytest')
 
 
