@@ -18,16 +18,16 @@ reads whichever of ``b`` and ``b_hh`` its params hold.
 
 Every cell computes in its params' floating dtype: ``x`` and the carry are
 cast to it and the new carry comes back in it (the rule of every path,
-``recurrence.in_params_dtype``); every ``init_*`` takes the params' ``dtype``.
-Each cell has a ``zero_state(params, batch_size)`` attribute, the zero carry
-in the params' dtype, which the recurrences use where no initial state is
-given (``recurrence.zero_state``). ``elman(activation)`` is a value: equal
-(and hashing equal) for equal activations, so a ``jax.jit`` that takes the
-cell as a static argument compiles once for it. Each cell checks, before any work, that ``x`` is a
-floating array of d features and that the carry is the kind it carries
-(Elman, GRU: one array; LSTM: an ``(h, c)`` pair) with the batch axes of
-``x`` (or none) and H units, and raises a ValueError naming ``inputs`` or
-``initial_state`` otherwise.
+``recurrence.in_params_dtype``); every ``init_*`` takes the params'
+``dtype``. Each cell has a ``zero_state(params, batch_size)`` attribute, the
+zero carry in the params' dtype, which the recurrences use where no initial
+state is given (``recurrence.zero_state``). ``elman(activation)`` is a
+value: equal (and hashing equal) for equal activations, so a ``jax.jit``
+that takes the cell as a static argument compiles once for it. Each cell
+checks, before any work, that ``x`` is a floating array of d features and
+that the carry is the kind it carries (Elman, GRU: one array; LSTM: an
+``(h, c)`` pair) with the batch axes of ``x`` (or none) and H units, and
+raises a ValueError naming ``inputs`` or ``initial_state`` otherwise.
 
 References:
   Elman (1990), "Finding structure in time", Cognitive Science 14(2),

@@ -1,7 +1,7 @@
 """The optional parts of rnnjax, which packages each needs, and the commands' entry points.
 
-``pip install rnnjax`` installs the core: the cells, layers, diagnostics and regularizers, on
-jax, numpy and optax alone. The rest comes with an extra:
+rnnjax installed without an extra is the core: the cells, layers, diagnostics and
+regularizers, on jax, numpy and optax alone. The rest comes with an extra:
 
   rnnjax[flax]   ``rnnjax.models`` (flax.linen modules)
   rnnjax[train]  ``rnnjax.train``, the run harness and sweeps, and the commands
@@ -87,7 +87,7 @@ def _command(name: str) -> None:
   # user set it. jaxlib 0.9 logs two lines for every program read back from the compilation
   # cache, hundreds a run.
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
-  from rnnjax.train import commands  # pylint: disable=import-outside-toplevel
+  from rnnjax.train import commands
   getattr(commands, f'{name}_main')()
 
 

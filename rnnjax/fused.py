@@ -52,11 +52,10 @@ References:
 """
 
 from collections.abc import Callable, Mapping
-import functools
-from typing import Any
-
 import dataclasses
+import functools
 import math
+from typing import Any
 
 import jax
 from jax.interpreters import ad
@@ -67,7 +66,6 @@ from rnnjax import cells
 from rnnjax import recurrence
 
 __all__ = ['ElmanLayer', 'checkpointed_elman_layer', 'elman_layer', 'elman_layer_with']
-
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))

@@ -41,7 +41,7 @@ def test_a_real_network_vanishes_faster_and_larger_radii_vanish_slower():
 def test_given_params_make_one_row_keyed_by_the_requested_radius(monkeypatch):
   """Params whose W_hh measures 1.0000001 in float32: row 1.0 (the radius asked for, or the
   measured one rounded), the measured radius in the row, the row computed once."""
-  from rnnjax import cells  # pylint: disable=import-outside-toplevel
+  from rnnjax import cells
   params = cells.init_elman(jax.random.key(3), 8, 8, 'orthogonal', radius=1.0)
   calls = []
   real = diagnostics.state_gradients

@@ -215,8 +215,8 @@ def test_help_without_a_config_lists_the_flags_and_exits_0():
 def test_a_jobs_log_leaves_out_the_libraries_info_lines_unless_asked():
   """A run's log.txt and a job's stderr hold the run's own INFO lines; orbax's, absl's and
   JAX's from WARNING, unless --verbosity is 1 (DEBUG) or more."""
-  import logging  # pylint: disable=import-outside-toplevel
-  from rnnjax.train import job  # pylint: disable=import-outside-toplevel
+  import logging
+  from rnnjax.train import job
   record = lambda name, path, level: logging.LogRecord(name, level, path, 1, 'm', None, None)
   records = [record('absl', '/v/site-packages/orbax/checkpoint/manager.py', logging.INFO),
              record('jax._src.xla_bridge', '/v/site-packages/jax/_src/xla_bridge.py',

@@ -246,7 +246,7 @@ def test_flossing_with_the_states_held_brings_a_chaotic_network_to_the_edge():
   """docs/diagnostics.md's settings: windows of 30 steps (10 transient), 16 sequences a step,
   Adam at 0.03 cosine-decayed to 0.003 over 300 steps, through_states=False. Measured (jax
   0.9.2, CPU): lambda_1 +0.27, -0.042 at step 50, -0.002 at step 300."""
-  import optax  # pylint: disable=import-outside-toplevel
+  import optax
   optimizer = optax.adam(optax.cosine_decay_schedule(0.03, 300, 0.1))
 
   @jax.jit
