@@ -26,7 +26,7 @@ EXTRAS: dict[str, dict[str, str]] = {
     'flax': {'flax': 'flax'},
     'train': {'flax': 'flax', 'orbax.checkpoint': 'orbax-checkpoint', 'absl': 'absl-py',
               'ml_collections': 'ml_collections', 'tqdm': 'tqdm', 'tensorboardX': 'tensorboardX',
-              'matplotlib': 'matplotlib', 'submitit': 'submitit'},
+              'matplotlib': 'matplotlib', 'submitit': 'submitit', 'scipy': 'scipy'},
     'data': {'sentencepiece': 'sentencepiece'},
     'torch': {'torch': 'torch'},
 }
