@@ -348,7 +348,7 @@ def test_a_worker_signalled_after_a_job_takes_no_other(tmp_path, shared_data_dir
 
 def test_a_job_handed_to_a_worker_that_ends_untaken_runs_on_a_new_one(tmp_path,
                                                                      shared_data_dir):
-  local = executors.Local(processes=1, threads=1, job_folder=tmp_path / 'jobs')
+  local = executors.find('local')(executors.Settings(tmp_path / 'jobs', 1, 1))
   start = local._worker
   stopping = subprocess.Popen([sys.executable, '-c', 'import sys; sys.stdin.readline(); '
                                'sys.exit(143)'], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -363,7 +363,7 @@ def test_a_job_handed_to_a_worker_that_ends_untaken_runs_on_a_new_one(tmp_path,
   local._worker = worker
   ends = []
   job = job_of(tmp_path, 'run')
-  local.run([job], lambda job, result: ends.append(result))
+  local.run([job], lambda job, result: ends.append(result), lambda job, step: None, print)
   assert [result['exit'] for result in ends] == ['ok']
   assert json.loads((tmp_path / 'run' / 'summary.json').read_text())['steps_done'] == 3
   assert (f'its process (pid {stopping.pid}) ended with exit status 143 before it took the '
@@ -624,13 +624,12 @@ def test_the_last_events_of_a_job_written_at_once_end_it_at_once(tmp_path, monke
                   '{"job": "0", "event": "ended"}\\n\'\nread more\n')
   fake.chmod(0o755)
   monkeypatch.setattr(sys, 'executable', str(fake))
-  local = executors.Local(processes=1, threads=1, job_folder=tmp_path / 'jobs',
-                          stall_seconds=2.0, grace_seconds=1.0)
+  local = executors.find('local')(executors.Settings(tmp_path / 'jobs', 1, 1, 2.0),
+                                  grace_seconds=1.0)
   said, ended = [], []
-  local.say = said.append
   job = {'id': '0', 'result': str(tmp_path / 'jobs' / '0.result.json'),
          'runs': [{'folder': str(tmp_path / 'run'), 'config': {}}]}
-  local.run([job], lambda job, result: ended.append(result))
+  local.run([job], lambda job, result: ended.append(result), lambda job, step: None, said.append)
   assert said == [] and len(ended) == 1
 
 

@@ -2,7 +2,7 @@
 
   rnnjax-run --config=CONFIG.py --workdir=results/one_run [--config.NAME=VALUE ...] [--overwrite]
   rnnjax-sweep --config=CONFIG.py --workdir=results/sweep [--config.NAME=VALUE ...]
-      [--executor=slurm --slurm.slurm_partition=debug --slurm.timeout_min=60 ...]
+      [--executor=NAME --NAME.FIELD=VALUE ...]
 
 (``python -m launch.run`` and ``python -m launch.sweep`` in a checkout.) A config
 file defines ``get_config()``, whose ``experiment`` field names the module of an
@@ -21,9 +21,9 @@ exits. Exit status: 0 when the run finished or diverged (a diverged run is a
 result); 1 with one line on stderr for a bad config, a folder of another run or
 in use, missing data, a full disk; 128 + the signal's number when stopped by one.
 
-sweep: every run of ``get_sweep()`` is planned, trained in vmapped groups on local
-processes or Slurm, and tabulated (``rnnjax.train.sweep``); exit status 0, 1 when a run
-failed (each reason printed), 130 when interrupted.
+sweep: every run of ``get_sweep()`` is planned, trained in vmapped groups by an executor
+(``--executor``: local processes, a cluster), and tabulated (``rnnjax.train.sweep``); exit
+status 0, 1 when a run failed (each reason printed), 130 when interrupted.
 """
 
 import importlib.util
@@ -39,15 +39,13 @@ from absl import flags
 import ml_collections
 from ml_collections import config_flags
 
+from rnnjax.train import executors
 from rnnjax.train import experiment as experiments
 
 __all__ = ['run_main', 'sweep_main']
 
 FLAGS = flags.FLAGS
-SLURM_CONFIG = ml_collections.ConfigDict({
-    'slurm_partition': '', 'timeout_min': 60, 'cpus_per_task': 2, 'slurm_gpus_per_task': 0,
-    'mem_gb': 8, 'slurm_account': '', 'slurm_qos': '', 'slurm_array_parallelism': 16, 'nodes': 1,
-    'tasks_per_node': 1})
+Options = dict[str, ml_collections.ConfigDict]  # an executor's name -> its --NAME.FIELD flags
 HELP = ('--help', '-h', '--helpshort', '-?')
 
 
@@ -62,7 +60,7 @@ def _fail(line: str) -> NoReturn:
   sys.exit(1)
 
 
-def _config_path(argv: list[str]) -> str:
+def _config_path(argv: list[str], options: Options) -> str:
   """The config file the command line names: the last ``--config=FILE`` or
   ``--config FILE`` (one dash too), as absl takes it."""
   path = None
@@ -73,19 +71,20 @@ def _config_path(argv: list[str]) -> str:
     elif match and i + 1 < len(argv):
       path = argv[i + 1]
   if path is None and any(arg in HELP for arg in argv[1:]):
-    _help(None)
+    _help(None, options)
   if path is None:
     _fail('--config: expected a config file (--config=path/to/config.py)')
   return path
 
 
-def _help(fields: str | None) -> NoReturn:
-  """Prints the command's use, its flags and ``fields`` (a config's), and exits 0."""
+def _help(fields: str | None, options: Options) -> NoReturn:
+  """Prints the command's use, its flags, the executors' ``options`` and ``fields`` (a
+  config's), and exits 0."""
   print(__doc__.replace('``', ''))
   print(FLAGS.module_help(__name__))
-  if 'executor' in FLAGS:  # the sweep's
-    print('  --slurm.NAME=VALUE: slurm: submitit\'s parameters: ' + ', '.join(
-        f'{name}={value!r}' for name, value in SLURM_CONFIG.items()))
+  for name, fields_of in options.items():
+    print(f'  --{name}.NAME=VALUE: {name}: ' + ', '.join(
+        f'{field}={value!r}' for field, value in fields_of.items()))
   print(fields or '\nWith --config=CONFIG.py, --help also lists the fields of its config.')
   sys.exit(0)
 
@@ -96,15 +95,17 @@ def _kind(default: Any) -> str:
       type(default), f'a {type(default).__name__}')
 
 
-def _load(argv: list[str], sweep: bool
+def _load(argv: list[str], sweep: bool, options: Options | None = None
           ) -> tuple[types.ModuleType, experiments.Experiment, ml_collections.ConfigDict, str]:
-  """Loads the config file once; defines the flags around its config; parses ``argv``.
+  """Loads the config file once; defines the flags around its config and the executors'
+  ``options`` (a sweep's); parses ``argv``.
 
   Returns:
     ``(module, experiment, config, path)``: the config file's module, its experiment,
     its config with the command line's fields set, and the file's path.
   """
-  path = _config_path(argv)
+  options = options or {}
+  path = _config_path(argv, options)
   spec = importlib.util.spec_from_file_location(pathlib.Path(path).stem, path)
   if spec is None or spec.loader is None or not pathlib.Path(path).is_file():
     _fail(f'--config: no config file at {path!r}')
@@ -123,11 +124,12 @@ def _load(argv: list[str], sweep: bool
     swept = ', '.join(dict.fromkeys(name for run in runs for name in run))
     _help(f'\nFields of {path} (--config.NAME=VALUE), as its get_config() sets them'
           + (f' (get_sweep() gives {len(runs)} runs, which set {swept})' if runs else '')
-          + f':\n{experiment.help(base)}')
-  dicts = {'config': (base, path), **({'slurm': (SLURM_CONFIG, '--slurm')} if sweep else {})}
+          + f':\n{experiment.help(base)}', options)
+  dicts = {'config': (base, path), **{name: (fields, f'--{name}')
+                                      for name, fields in options.items()}}
   overrides = []  # (flag, field, value or None)
   for arg in argv[1:]:  # a field the config lacks: one line naming the closest
-    match = re.match(r'--?(config|slurm)\.([A-Za-z_][\w.]*)(?:=(.*))?', arg)
+    match = re.match(r'--?(\w+)\.([A-Za-z_][\w.]*)(?:=(.*))?', arg)
     if match and match.group(1) in dicts:
       holder, where = dicts[match.group(1)]
       try:
@@ -141,10 +143,9 @@ def _load(argv: list[str], sweep: bool
   config_flags.DEFINE_config_dict('config', base, "The config file's get_config(); override a "
                                   'field with --config.NAME=VALUE.', lock_config=True,
                                   sys_argv=rest)
-  if sweep:
-    config_flags.DEFINE_config_dict('slurm', SLURM_CONFIG, "slurm: submitit's parameters, e.g. "
-                                    '--slurm.slurm_partition=debug --slurm.timeout_min=60 '
-                                    '--slurm.nodes=2.', sys_argv=rest)
+  for name, fields in options.items():
+    config_flags.DEFINE_config_dict(name, fields, f'--executor={name}: its fields '
+                                    f'(--{name}.NAME=VALUE).', sys_argv=rest)
   try:
     FLAGS(rest)
   except (flags.Error, KeyError, AttributeError, TypeError, ValueError) as error:
@@ -211,18 +212,21 @@ def sweep_main() -> None:
   """``rnnjax-sweep`` (``python -m launch.sweep``)."""
   flags.DEFINE_string('workdir', None, 'Sweep folder: one subfolder per run, plus the tables '
                       'and plots.')
-  flags.DEFINE_enum('executor', 'local', ['local', 'slurm'],
-                    'local: processes on this machine; slurm: an array job through submitit.')
+  kinds = {name: executors.find(name) for name in executors.EXECUTORS}
+  flags.DEFINE_enum('executor', 'local', list(kinds), 'Where the jobs run: ' + '; '.join(
+      f'{name}: {kind.__doc__.splitlines()[0].rstrip(".")}' for name, kind in kinds.items()))
   flags.DEFINE_bool('overwrite', False, 'Clear every run folder and train every run again.')
-  flags.DEFINE_integer('max_group_size', 0, 'Most runs vmapped into one job (0: local: each '
-                       'group cut into --processes jobs; slurm: no limit; 1: every run alone).',
+  flags.DEFINE_integer('max_group_size', 0, 'Most runs vmapped into one job (0: each group cut '
+                       'into as many jobs as the executor runs at once; 1: every run alone).',
                        lower_bound=0)
   flags.DEFINE_integer('processes', 0, 'local: jobs at a time (0: one per core).', lower_bound=0)
   flags.DEFINE_integer('threads_per_run', 0, 'local: cores each job may use (0: the cores / '
                        '--processes).', lower_bound=0)
   flags.DEFINE_float('stall_minutes', 30.0, 'local: a job that reports no progress for this '
                      'long is named, and killed a minute later.', lower_bound=0.05)
-  module, experiment, config, path = _load(sys.argv, sweep=True)
+  module, experiment, config, path = _load(sys.argv, True, {
+      name: ml_collections.ConfigDict(kind.OPTIONS) for name, kind in kinds.items()
+      if kind.OPTIONS})
   if not FLAGS.workdir:
     _fail('--workdir: expected the sweep folder')
   from rnnjax.train import folder as run_folder
@@ -235,8 +239,8 @@ def sweep_main() -> None:
     configs = sweep.run_configs(config, overrides, command_line, path)
     status = sweep.sweep(experiment, configs, overrides, pathlib.Path(FLAGS.workdir),
                          command_line, FLAGS.executor, FLAGS.overwrite, FLAGS.max_group_size,
-                         FLAGS.processes, FLAGS.threads_per_run, FLAGS.slurm.to_dict(),
-                         FLAGS.stall_minutes * 60)
+                         FLAGS.processes, FLAGS.threads_per_run, FLAGS.stall_minutes * 60,
+                         dict(getattr(FLAGS, FLAGS.executor, None) or {}))
   except (sweep.SweepError, run_folder.FolderInUse, ValueError, OSError) as error:
     _fail(str(error))
   sys.exit(status)

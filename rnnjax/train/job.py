@@ -67,8 +67,8 @@ def _initialize_distributed() -> None:
     ValueError: for an incomplete or malformed set of the variables above.
   """
   given = {name: os.environ.get(name, '') for name in DISTRIBUTED_VARIABLES}
-  slurm_tasks = os.environ.get('SLURM_STEP_NUM_TASKS', '1')
-  if not any(given.values()) and not (slurm_tasks.isdigit() and int(slurm_tasks) > 1):
+  step_tasks = os.environ.get('SLURM_STEP_NUM_TASKS', '1')
+  if not any(given.values()) and not (step_tasks.isdigit() and int(step_tasks) > 1):
     return
   jax.config.update('jax_cpu_collectives_implementation', 'gloo')
   if not any(given.values()):

@@ -5,12 +5,13 @@ maps folder names to swept values). The runs are planned once (``plan.plan`` wit
 'changed', or 'all'): a run that ended with the same config is kept, one whose config changed
 trains again, one that did not end resumes, one that fails its checks fails before anything
 runs. Runs that differ only in values that change no program train as one vmapped group, cut
-into jobs for the executor. One launcher per sweep folder (``<workdir>/.lock``). At the end
-the sweep writes the tables (``report.write``), prints them and names each failed run's reason.
+into jobs for the executor (``executors``, found by name). One launcher per sweep folder
+(``<workdir>/.lock``). At the end, or once a signal (Ctrl-C, SIGTERM) has stopped the executor,
+the sweep writes the tables of what ended (``report.write``), prints them and names each failed
+run's reason.
 """
 
 import datetime
-import json
 import os
 import pathlib
 import signal
@@ -95,8 +96,8 @@ def _print(line: str) -> None:
 def sweep(experiment: experiments.Experiment, configs: list[ConfigDict], overrides: list[dict],
           workdir: pathlib.Path, command_line: dict | None = None, executor: str = 'local',
           overwrite: bool = False, max_group_size: int = 0, processes: int = 0,
-          threads_per_run: int = 0, slurm: dict | None = None,
-          stall_seconds: float = 1800.0) -> int:
+          threads_per_run: int = 0, stall_seconds: float = 1800.0,
+          options: Mapping[str, Any] | None = None) -> int:
   """Plans, trains and tabulates a sweep (the module docstring).
 
   Args:
@@ -105,28 +106,62 @@ def sweep(experiment: experiments.Experiment, configs: list[ConfigDict], overrid
     overrides: each run's ``get_sweep()`` dict (its swept values name its folder).
     workdir: the sweep folder.
     command_line: the fields set for every run, named under the tables' heading.
-    executor: 'local' or 'slurm'.
+    executor: the name of an executor in ``executors.EXECUTORS``.
     overwrite: clear every run folder and train every run again.
-    max_group_size: most runs a job (0: local: each group cut into ``processes``
-      jobs; slurm: no limit; 1: every run alone).
-    processes, threads_per_run: local: jobs at a time, and cores each (0: one
-      job per core; processes x threads never exceeds the cores).
-    slurm: submitit's parameters (``slurm_partition``, ``timeout_min``, ...).
-    stall_seconds: local: a job that reports no progress for this long is killed
-      (a minute after a warning).
+    max_group_size: most runs a job (0: each group cut into the executor's ``parts``;
+      1: every run alone).
+    processes, threads_per_run, stall_seconds, options: ``executors.Settings``.
 
   Returns:
     the exit status: 0, or 1 when a run failed (each reason printed), 130 when
-    interrupted.
+    interrupted (SIGINT, SIGTERM: the tables of the runs that ended are written).
 
   Raises:
-    SweepError, folder.FolderInUse, OSError: before any run folder is touched.
+    SweepError, folder.FolderInUse, OSError, ValueError (the executor's): before any run
+      folder is touched.
   """
   workdir = pathlib.Path(workdir)
   run_folder.check_path(workdir)
   keys = swept_keys(overrides)
   overrides = [{key: _value(config, key) for key in dict.fromkeys([*values, *keys])}
                for values, config in zip(overrides, configs)]  # as the configs hold them
+  names, plans = _plan(experiment, configs, overrides, keys, workdir, overwrite)
+  reasons = {i: run.reason for i, run in enumerate(plans) if run.action == 'refused'}
+  job_folder = workdir / '.jobs'
+  runner = executors.find(executor)(executors.Settings(
+      job_folder, processes, threads_per_run, stall_seconds, options or {}))
+  lock = run_folder.lock(workdir)
+  run_folder.write_json(workdir / 'runs.json', dict(zip(names, overrides)))
+  _note(workdir, names, plans)
+  groups = planning.jobs(experiment, plans, max_group_size, runner.parts)
+  jobs = _jobs(experiment, plans, groups, overwrite, job_folder)
+  statuses: dict[int, str] = {}  # of the runs that did not end: failed, interrupted
+  interrupted = _train(runner, experiment, plans, names, list(zip(jobs, groups)), reasons,
+                       statuses, job_folder)
+  table, kept = _tables(experiment, plans, overrides, names, keys, statuses, workdir,
+                        command_line)
+  _print(table)
+  if interrupted:
+    _print(f'\ninterrupted: {kept} of {len(plans)} runs have ended and are kept, the others '
+           'keep their last checkpoint; run the same command again to resume')
+  else:
+    _print(f'{len(plans)} runs ({len(reasons)} failed); tables: {workdir / "results.md"}, '
+           'results.csv' + (', results_over_seeds.md' if 'seed' in keys and len(keys) > 1
+                            else ''))
+  os.close(lock)
+  for i, why in sorted(reasons.items()):
+    print(f'failed: {names[i]}: {why}', file=sys.stderr)
+  return 130 if interrupted else 1 if reasons else 0
+
+
+def _plan(experiment: experiments.Experiment, configs: list[ConfigDict], overrides: list[dict],
+          keys: list[str], workdir: pathlib.Path, overwrite: bool
+          ) -> tuple[list[str], list[planning.RunPlan]]:
+  """Each run's folder name and plan (``plan.plan``), read-only.
+
+  Raises:
+    SweepError: two runs of the same swept values, or every run refused.
+  """
   names = planning.folder_names(overrides, keys)
   if len(set(names)) < len(names):
     twice = next(n for n in names if names.count(n) > 1)
@@ -143,9 +178,11 @@ def sweep(experiment: experiments.Experiment, configs: list[ConfigDict], overrid
     raise SweepError('every run of the sweep fails its checks'
                      + (f': {distinct.pop()}' if len(distinct) == 1 else '')
                      + f'; {workdir} is left as it was')
-  lock = run_folder.lock(workdir)
-  run_folder.write_json(workdir / 'runs.json', {name: values for name, values in
-                                                zip(names, overrides)})
+  return names, plans
+
+
+def _note(workdir: pathlib.Path, names: list[str], plans: list[planning.RunPlan]) -> None:
+  """Names the run folders of no run of the sweep, and the runs that train again."""
   strays = sorted(path.parent.name for path in workdir.glob(f'*/{run_folder.CONFIG}')
                   if path.parent.name not in names and not path.parent.is_symlink())
   if strays:
@@ -157,80 +194,92 @@ def sweep(experiment: experiments.Experiment, configs: list[ConfigDict], overrid
   if changed:
     _print(f'{len(changed)} run(s) whose config changed will train again from the start: '
            + ', '.join(changed))
-  cores = len(os.sched_getaffinity(0))
-  threads = threads_per_run or (max(1, cores // processes) if processes else 1)
-  processes = processes or max(1, cores // threads)
-  local = executor == 'local'
-  job_folder = workdir / '.jobs'
-  groups = planning.jobs(experiment, plans, max_group_size, processes if local else 1)
+
+
+def _jobs(experiment: experiments.Experiment, plans: list[planning.RunPlan],
+          groups: list[list[int]], overwrite: bool, job_folder: pathlib.Path) -> list[dict]:
+  """The jobs of ``groups`` (indices into ``plans``), as ``job`` describes them."""
   where = provenance()
-  jobs = [{'id': str(n), 'experiment': experiment.name, 'overwrite': 'all' if overwrite else
+  return [{'id': str(n), 'experiment': experiment.name, 'overwrite': 'all' if overwrite else
            'changed', 'result': str((job_folder / f'{n}.result.json').absolute()),
            'provenance': where,
            'runs': [{'folder': str(plans[i].folder.absolute()),
                      'config': experiments.as_dict(plans[i].config)} for i in group]}
           for n, group in enumerate(groups)]
-  ended = sum(run.action == 'ended' for run in plans)
-  resuming = sum(run.action == 'resume' and run.step > 0 for run in plans)
-  todo = sum(len(group) for group in groups)
-  # Ctrl-C checkpoints and stops from before the first line a user (or a test) reacts to: a
-  # launcher started with SIGINT ignored (in the background of a shell) would lose it.
-  previous = {s: signal.signal(s, _interrupt) for s in (signal.SIGTERM, signal.SIGINT)}
-  runner: executors.Local | executors.Slurm | None = None
+
+
+def _train(runner: executors.Executor, experiment: experiments.Experiment,
+           plans: list[planning.RunPlan], names: list[str], jobs: list[tuple[dict, list[int]]],
+           reasons: dict[int, str], statuses: dict[int, str], job_folder: pathlib.Path) -> bool:
+  """Runs the jobs (each with its runs' indices) on ``runner`` under a progress bar of their
+  work; each run that does not end gets its status, a failed one its reason too. Returns
+  whether a signal (SIGINT, SIGTERM) stopped the executor."""
+  index = {run.folder.absolute(): i for i, run in enumerate(plans)}
+  weights = {job['id']: sum(experiment.work(plans[i].config) for i in group)
+             for job, group in jobs}
+  done = {job['id']: plans[group[0]].step for job, group in jobs}
+  total = sum(weights[job['id']] * plans[group[0]].config.steps for job, group in jobs)
+  signals: list[int] = []
+
+  def stop(signum: int, frame: Any) -> None:
+    del frame
+    signals.append(signum)
+    runner.stop()
+
+  def on_end(job: dict, result: dict) -> None:
+    for run in result['runs']:
+      i = index[pathlib.Path(run['folder'])]
+      if run['status'] in run_folder.ENDED:
+        bar.write(f'{names[i]}: {run["status"]}')
+        continue
+      statuses[i], why = run['status'], run['reason'] or run['status']
+      if run['status'] != 'interrupted':
+        reasons[i] = why
+      bar.write(f'{names[i]}: ' + ('' if run['status'] == 'interrupted' else 'failed: ') + why)
+
+  def on_progress(job: dict, step: int) -> None:
+    if step > done[job['id']]:
+      bar.update((step - done[job['id']]) * weights[job['id']])
+      done[job['id']] = step
+
+  # Stopping from before the first line a user (or a test) reacts to; a launcher started with
+  # SIGINT ignored (in the background of a shell) would lose Ctrl-C.
+  previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
   try:
-    _print(f'{len(plans)} runs: {ended} ended already, {len(reasons)} failed their checks, '
-           f'{todo} to train' + (f' ({resuming} from their checkpoints)' if resuming else '')
-           + f' in {len(jobs)} job(s)'
-           + (f' on {processes} process(es) x {threads} core(s)' if local else ' on Slurm'))
+    ended = sum(run.action == 'ended' for run in plans)
+    resuming = sum(run.action == 'resume' and run.step > 0 for run in plans)
+    refused = sum(run.action == 'refused' for run in plans)
+    _print(f'{len(plans)} runs: {ended} ended already, {refused} failed their checks, '
+           f'{sum(len(group) for _, group in jobs)} to train'
+           + (f' ({resuming} from their checkpoints)' if resuming else '')
+           + f' in {len(jobs)} job(s) {runner.where}')
     job_folder.mkdir(exist_ok=True)
     for stale in job_folder.glob('*.json'):  # results of an earlier launch
       stale.unlink()
-    if local:
-      runner = executors.Local(processes, threads, job_folder, stall_seconds)
-    else:
-      runner = executors.Slurm(workdir, slurm or {})
-    index = {run.folder.absolute(): i for i, run in enumerate(plans)}
-    weights = {job['id']: sum(experiment.work(plans[i].config) for i in group)
-               for job, group in zip(jobs, groups)}
-    done = {job['id']: plans[group[0]].step for job, group in zip(jobs, groups)}
-    total = sum(weights[job['id']] * plans[group[0]].config.steps for job, group in
-                zip(jobs, groups))
     with tqdm.tqdm(total=total, initial=sum(weights[j] * done[j] for j in done), unit='work',
                    file=sys.stdout, disable=not jobs,
                    bar_format='{l_bar}{bar}| {percentage:3.0f}% [{elapsed}<{remaining}]') as bar:
-      if isinstance(runner, executors.Local):
-        runner.say = bar.write
-
-      def on_progress(job: dict, step: int) -> None:
-        if step > done[job['id']]:
-          bar.update((step - done[job['id']]) * weights[job['id']])
-          done[job['id']] = step
-
-      def on_end(job: dict, result: dict) -> None:
-        for run in result['runs']:
-          i = index[pathlib.Path(run['folder'])]
-          if run['status'] in run_folder.ENDED:
-            bar.write(f'{names[i]}: {run["status"]}')
-          else:
-            reasons[i] = run['reason'] or run['status']
-            bar.write(f'{names[i]}: failed: {reasons[i]}')
-
-      runner.run(jobs, on_end, on_progress)
-  except KeyboardInterrupt:
-    if runner is not None:
-      runner.stop()
-    kept = sum((run_folder.read_json(run.folder / run_folder.SUMMARY) or {}).get('status')
-               in run_folder.ENDED for run in plans)
-    _print(f'\ninterrupted: {kept} of {len(plans)} runs have ended and are kept, the others '
-           'keep their last checkpoint; run the same command again to resume')
-    return 130
+      runner.run([job for job, _ in jobs], on_end, on_progress, bar.write)
   finally:
     for signum, handler in previous.items():
       signal.signal(signum, handler)
+  return bool(signals)
+
+
+def _tables(experiment: experiments.Experiment, plans: list[planning.RunPlan],
+            overrides: list[dict], names: list[str], keys: list[str], statuses: dict[int, str],
+            workdir: pathlib.Path, command_line: dict | None) -> tuple[str, int]:
+  """Writes the sweep's tables (``report.write``); returns the per-run table and how many
+  runs have ended.
+
+  Raises:
+    SweepError: a table cannot be written.
+  """
   runs = []
   for i, (run, values, name) in enumerate(zip(plans, overrides, names)):
     summary = run_folder.read_json(run.folder / run_folder.SUMMARY)
-    status = 'failed' if i in reasons else (summary or {}).get('status') or 'missing'
+    status = ('failed' if run.action == 'refused' else statuses.get(i)
+              or (summary or {}).get('status') or 'missing')
     runs.append({'name': name, 'values': values, 'config': experiments.as_dict(run.config),
                  'summary': summary if status in run_folder.ENDED else None,
                  'timing': run_folder.read_json(run.folder / run_folder.TIMING),
@@ -239,15 +288,4 @@ def sweep(experiment: experiments.Experiment, configs: list[ConfigDict], overrid
     table = report.write(runs, keys, experiment, workdir, command_line)
   except OSError as error:
     raise SweepError(f'cannot write the tables to {workdir}: {error}') from None
-  _print(table)
-  _print(f'{len(plans)} runs ({len(reasons)} failed); tables: {workdir / "results.md"}, '
-         'results.csv' + (', results_over_seeds.md' if 'seed' in keys and len(keys) > 1 else ''))
-  os.close(lock)
-  for i, why in sorted(reasons.items()):
-    print(f'failed: {names[i]}: {why}', file=sys.stderr)
-  return 1 if reasons else 0
-
-
-def _interrupt(signum: int, frame: Any) -> None:
-  del signum, frame
-  raise KeyboardInterrupt()
+  return table, sum(run['status'] in run_folder.ENDED for run in runs)
