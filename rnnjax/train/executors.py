@@ -59,6 +59,7 @@ class Executor(Protocol):
 EXECUTORS: dict[str, str | Callable[[Settings], Executor]] = {  # name -> 'module:class'
     'local': 'rnnjax.train.local_executor:Local',
     'slurm': 'rnnjax.train.slurm_executor:Slurm',
+    'ray': 'rnnjax.train.ray_executor:Ray',
 }
 
 
