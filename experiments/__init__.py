@@ -1,1 +1,1 @@
-"""Experiments: one absl app per study, configs in experiments/configs/."""
+"""The studies of this checkout: an Experiment a module, their shared tasks; configs in configs/."""

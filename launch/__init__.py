@@ -1,1 +1,1 @@
-"""Launchers: sweeps of experiment runs on a local process pool."""
+"""Command-line entries: run one config, sweep one on any executor, re-measure the tables."""

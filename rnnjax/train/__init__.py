@@ -1,1 +1,1 @@
-"""Training: optimizer chains with clipping, jitted steps, the truncated-BPTT loop."""
+"""The run harness: experiments, the trainer, run folders, jobs, executors, sweeps, reports."""
