@@ -22,9 +22,9 @@ from rnnjax import models
 from rnnjax import regularizers
 from rnnjax.data import synthetic
 from rnnjax.train import experiment
-from rnnjax.train import folder as run_folder
 from rnnjax.train import harness
 from rnnjax.train import records
+from rnnjax.train import run_folder
 from rnnjax.train import sweep
 
 TEMPORAL_ORDER = temporal_order.EXPERIMENT

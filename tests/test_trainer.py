@@ -17,9 +17,9 @@ from rnnjax import models
 from rnnjax.data import text
 from rnnjax.train import checkpoints
 from rnnjax.train import experiment
-from rnnjax.train import folder as run_folder
 from rnnjax.train import harness
 from rnnjax.train import records
+from rnnjax.train import run_folder
 from rnnjax.train import trainer
 
 TRAINING = experiment.Experiment(name='test_trainer', task=None, fields={})

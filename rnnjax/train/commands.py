@@ -193,7 +193,7 @@ def run_main() -> None:
       os._exit(1)
     sys.exit(1)
   import jax
-  from rnnjax.train import folder as run_folder
+  from rnnjax.train import run_folder
   if jax.process_index() != 0:  # process 0 alone writes the folder and reports
     return
   summary = run_folder.read_json(pathlib.Path(FLAGS.workdir) / run_folder.SUMMARY) or {}
@@ -229,7 +229,7 @@ def sweep_main() -> None:
       if kind.OPTIONS})
   if not FLAGS.workdir:
     _fail('--workdir: expected the sweep folder')
-  from rnnjax.train import folder as run_folder
+  from rnnjax.train import run_folder
   from rnnjax.train import sweep
   command_line = dict(config_flags.get_override_values(FLAGS['config']))
   try:

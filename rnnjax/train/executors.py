@@ -17,7 +17,7 @@ import pathlib
 import time
 from typing import Any, Callable, ClassVar, Mapping, NamedTuple, Protocol
 
-from rnnjax.train import folder as run_folder
+from rnnjax.train import run_folder
 
 __all__ = ['Settings', 'Executor', 'EXECUTORS', 'STOP_SECONDS', 'find', 'result_of', 'header']
 

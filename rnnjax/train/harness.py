@@ -19,8 +19,8 @@ from ml_collections import ConfigDict
 
 from rnnjax.train import devices
 from rnnjax.train import experiment as experiments
-from rnnjax.train import folder as run_folder
 from rnnjax.train import plan as planning
+from rnnjax.train import run_folder
 from rnnjax.train import trainer
 
 __all__ = ['check_memory', 'run_group']
@@ -76,7 +76,7 @@ def run_group(experiment: experiments.Experiment, configs: Sequence[ConfigDict],
     ValueError: a run the plan refuses (the reason), runs that cannot share one
       program, or a training state larger than the device's memory
       (``check_memory``), before any folder is touched.
-    folder.FolderInUse: another process trains one of the runs.
+    run_folder.FolderInUse: another process trains one of the runs.
     trainer.Interrupted: stopped on request (checkpointed).
     corpora.CorpusError and other errors of the experiment's data.
   """

@@ -30,8 +30,8 @@ from absl import logging
 import jax
 
 from rnnjax.train import experiment as experiments
-from rnnjax.train import folder as run_folder
 from rnnjax.train import harness
+from rnnjax.train import run_folder
 from rnnjax.train import trainer
 
 __all__ = ['setup_process', 'keep_freed_memory', 'run_job', 'failure', 'serve',
@@ -127,7 +127,7 @@ def setup_process(signals: Sequence[int] = (signal.SIGTERM, signal.SIGUSR2, sign
 def failure(error: BaseException) -> tuple[str, str] | None:
   """The exit kind and one-line reason of an error a job ends with, or None for a bug (it
   keeps its traceback). A full disk (ENOSPC, EDQUOT) says to free space and run again, too
-  many open files (EMFILE, ENFILE) to raise ``ulimit -n`` (the errno: ``folder.errno_of``)."""
+  many open files (EMFILE, ENFILE) to raise ``ulimit -n`` (the errno: ``run_folder.errno_of``)."""
   from rnnjax.data import corpora
   from rnnjax.train import checkpoints
   text = ' '.join(str(error).split()) or type(error).__name__

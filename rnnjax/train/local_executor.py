@@ -24,7 +24,7 @@ import time
 from typing import Callable
 
 from rnnjax.train import executors
-from rnnjax.train import folder as run_folder
+from rnnjax.train import run_folder
 
 __all__ = ['Local']
 

@@ -25,7 +25,7 @@ import ml_collections
 
 from rnnjax.train import checkpoints
 from rnnjax.train import experiment as experiments
-from rnnjax.train import folder as run_folder
+from rnnjax.train import run_folder
 
 __all__ = ['RunPlan', 'ACTIONS', 'OVERWRITE', 'plan', 'differing_keys', 'folder_names', 'jobs']
 

@@ -36,8 +36,8 @@ import numpy as np
 
 from rnnjax import diagnostics
 from rnnjax.train import experiment as experiments
-from rnnjax.train import folder as run_folder
 from rnnjax.train import records
+from rnnjax.train import run_folder
 
 __all__ = ['Rate', 'Spread', 'wilson', 'spread', 'fisher', 'bound', 'pyplot', 'save', 'table',
            'write']
@@ -255,7 +255,7 @@ def _csv(rows: list[dict]) -> str:
 
 
 def save(figure: Any, path: pathlib.Path) -> None:
-  """Writes the figure as PNG (120 dpi) atomically (``folder.write``) and closes it."""
+  """Writes the figure as PNG (120 dpi) atomically (``run_folder.write``) and closes it."""
   import matplotlib.pyplot as plt
   data = io.BytesIO()
   figure.tight_layout()

@@ -26,9 +26,9 @@ import tqdm
 
 from rnnjax.train import executors
 from rnnjax.train import experiment as experiments
-from rnnjax.train import folder as run_folder
 from rnnjax.train import plan as planning
 from rnnjax.train import report
+from rnnjax.train import run_folder
 
 __all__ = ['SweepError', 'swept_keys', 'run_configs', 'provenance', 'sweep']
 
@@ -117,7 +117,7 @@ def sweep(experiment: experiments.Experiment, configs: list[ConfigDict], overrid
     interrupted (SIGINT, SIGTERM: the tables of the runs that ended are written).
 
   Raises:
-    SweepError, folder.FolderInUse, OSError, ValueError (the executor's): before any run
+    SweepError, run_folder.FolderInUse, OSError, ValueError (the executor's): before any run
       folder is touched.
   """
   workdir = pathlib.Path(workdir)
