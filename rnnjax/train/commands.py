@@ -40,7 +40,7 @@ import ml_collections
 from ml_collections import config_flags
 
 from rnnjax.train import executors
-from rnnjax.train import experiment as experiments
+from rnnjax.train import experiment
 
 __all__ = ['run_main', 'sweep_main']
 
@@ -96,12 +96,12 @@ def _kind(default: Any) -> str:
 
 
 def _load(argv: list[str], sweep: bool, options: Options | None = None
-          ) -> tuple[types.ModuleType, experiments.Experiment, ml_collections.ConfigDict, str]:
+          ) -> tuple[types.ModuleType, experiment.Experiment, ml_collections.ConfigDict, str]:
   """Loads the config file once; defines the flags around its config and the executors'
   ``options`` (a sweep's); parses ``argv``.
 
   Returns:
-    ``(module, experiment, config, path)``: the config file's module, its experiment,
+    ``(module, kind, config, path)``: the config file's module, its experiment,
     its config with the command line's fields set, and the file's path.
   """
   options = options or {}
@@ -116,7 +116,7 @@ def _load(argv: list[str], sweep: bool, options: Options | None = None
     _fail(f'--config: {path} defines no {"get_sweep()" if sweep else "get_config()"}')
   base = module.get_config()
   try:
-    experiment = experiments.load(base.get('experiment'))
+    kind = experiment.load(base.get('experiment'))
   except ValueError as error:
     _fail(str(error))
   if any(arg in HELP for arg in argv[1:]):
@@ -124,7 +124,7 @@ def _load(argv: list[str], sweep: bool, options: Options | None = None
     swept = ', '.join(dict.fromkeys(name for run in runs for name in run))
     _help(f'\nFields of {path} (--config.NAME=VALUE), as its get_config() sets them'
           + (f' (get_sweep() gives {len(runs)} runs, which set {swept})' if runs else '')
-          + f':\n{experiment.help(base)}', options)
+          + f':\n{kind.help(base)}', options)
   dicts = {'config': (base, path), **{name: (fields, f'--{name}')
                                       for name, fields in options.items()}}
   overrides = []  # (flag, field, value or None)
@@ -133,7 +133,7 @@ def _load(argv: list[str], sweep: bool, options: Options | None = None
     if match and match.group(1) in dicts:
       holder, where = dicts[match.group(1)]
       try:
-        experiments.locate(holder, match.group(2))
+        experiment.locate(holder, match.group(2))
       except ValueError as error:
         _fail(f'--{match.group(1)}.{match.group(2)}: {where} has no field '
               f'{str(error).split("no field ", 1)[1]}')
@@ -151,14 +151,14 @@ def _load(argv: list[str], sweep: bool, options: Options | None = None
   except (flags.Error, KeyError, AttributeError, TypeError, ValueError) as error:
     for flag, name, value in overrides:  # a value of another type than the field's default
       if value is not None:
-        holder, key = experiments.locate(dicts[flag][0], name)
+        holder, key = experiment.locate(dicts[flag][0], name)
         try:
           FLAGS[f'{flag}.{name}'].parser.parse(value)
         except (ValueError, TypeError):
           _fail(f'--{flag}.{name}: expected {_kind(holder[key])} (the type of its value '
                 f'{holder[key]!r}), got {value!r}')
     _fail(' '.join(str(error).replace('\\n', ' ').split()))
-  return module, experiment, FLAGS.config, path
+  return module, kind, FLAGS.config, path
 
 
 def run_main() -> None:
@@ -167,7 +167,7 @@ def run_main() -> None:
                       'tensorboard/, checkpoint/, summary.json, timing.json, log.txt.')
   flags.DEFINE_bool('overwrite', False, 'Clear the run folder (checkpoint included) and start '
                     'afresh, instead of resuming or refusing a folder of another config.')
-  _, experiment, config, _ = _load(sys.argv, sweep=False)
+  _, kind, config, _ = _load(sys.argv, sweep=False)
   if not FLAGS.workdir:
     _fail('--workdir: expected the run folder')
   from absl import logging
@@ -182,7 +182,7 @@ def run_main() -> None:
                          'overwrite': 'all' if FLAGS.overwrite else 'none',
                          'provenance': sweep.provenance(),
                          'runs': [{'folder': FLAGS.workdir,
-                                   'config': experiments.as_dict(config)}]}, received)
+                                   'config': experiment.as_dict(config)}]}, received)
   run = result['runs'][0]
   if result['exit'] == 'interrupted':
     _say(run['reason'])
@@ -200,7 +200,7 @@ def run_main() -> None:
   print(f'{FLAGS.workdir}: {summary.get("status")} after {summary.get("steps_done")} steps' +
         (f' (diverged at step {summary["diverged_step"]})' if summary.get('diverged_step')
          else ''))
-  for name in experiment.report:
+  for name in kind.report:
     value = summary.get(name, math.nan)
     print(f'  {name}: {value:.4g}' if isinstance(value, float) else f'  {name}: {value}')
   for name, value in summary.items():
@@ -212,9 +212,9 @@ def sweep_main() -> None:
   """``rnnjax-sweep`` (``python -m launch.sweep``)."""
   flags.DEFINE_string('workdir', None, 'Sweep folder: one subfolder per run, plus the tables '
                       'and plots.')
-  kinds = {name: executors.find(name) for name in executors.EXECUTORS}
-  flags.DEFINE_enum('executor', 'local', list(kinds), 'Where the jobs run: ' + '; '.join(
-      f'{name}: {kind.__doc__.splitlines()[0].rstrip(".")}' for name, kind in kinds.items()))
+  classes = {name: executors.find(name) for name in executors.EXECUTORS}
+  flags.DEFINE_enum('executor', 'local', list(classes), 'Where the jobs run: ' + '; '.join(
+      f'{name}: {cls.__doc__.splitlines()[0].rstrip(".")}' for name, cls in classes.items()))
   flags.DEFINE_bool('overwrite', False, 'Clear every run folder and train every run again.')
   flags.DEFINE_integer('max_group_size', 0, 'Most runs vmapped into one job (0: each group cut '
                        'into as many jobs as the executor runs at once; 1: every run alone).',
@@ -224,9 +224,9 @@ def sweep_main() -> None:
                        '--processes).', lower_bound=0)
   flags.DEFINE_float('stall_minutes', 30.0, 'local: a job that reports no progress for this '
                      'long is named, and killed a minute later.', lower_bound=0.05)
-  module, experiment, config, path = _load(sys.argv, True, {
-      name: ml_collections.ConfigDict(kind.OPTIONS) for name, kind in kinds.items()
-      if kind.OPTIONS})
+  module, kind, config, path = _load(sys.argv, True, {
+      name: ml_collections.ConfigDict(cls.OPTIONS) for name, cls in classes.items()
+      if cls.OPTIONS})
   if not FLAGS.workdir:
     _fail('--workdir: expected the sweep folder')
   from rnnjax.train import run_folder
@@ -237,7 +237,7 @@ def sweep_main() -> None:
     if not overrides:
       raise sweep.SweepError(f'config: get_sweep() in {path} returned no runs')
     configs = sweep.run_configs(config, overrides, command_line, path)
-    status = sweep.sweep(experiment, configs, overrides, pathlib.Path(FLAGS.workdir),
+    status = sweep.sweep(kind, configs, overrides, pathlib.Path(FLAGS.workdir),
                          command_line, FLAGS.executor, FLAGS.overwrite, FLAGS.max_group_size,
                          FLAGS.processes, FLAGS.threads_per_run, FLAGS.stall_minutes * 60,
                          dict(getattr(FLAGS, FLAGS.executor, None) or {}))

@@ -29,7 +29,7 @@ from typing import Any, BinaryIO, Callable, Iterable, Sequence
 from absl import logging
 import jax
 
-from rnnjax.train import experiment as experiments
+from rnnjax.train import experiment
 from rnnjax.train import harness
 from rnnjax.train import run_folder
 from rnnjax.train import trainer
@@ -191,10 +191,10 @@ def run_job(job: dict, received: list[int] | None = None,
   exit_kind, reason = 'ok', ''
   summaries: Sequence[dict | None] = [None] * len(folders)
   try:
-    experiment = experiments.load(job['experiment'])
-    configs = [experiments.from_dict(experiment, run['config']) for run in job['runs']]
+    kind = experiment.load(job['experiment'])
+    configs = [experiment.from_dict(kind, run['config']) for run in job['runs']]
     received = received if received is not None else []
-    summaries = harness.run_group(experiment, configs, folders, job.get('overwrite', 'none'),
+    summaries = harness.run_group(kind, configs, folders, job.get('overwrite', 'none'),
                                   lambda: bool(received), job.get('provenance'),
                                   on_progress=on_progress)
   except Exception as error:  # noqa: BLE001 -- mapped to a result, or raised again

@@ -25,7 +25,7 @@ from ml_collections import ConfigDict
 import tqdm
 
 from rnnjax.train import executors
-from rnnjax.train import experiment as experiments
+from rnnjax.train import experiment
 from rnnjax.train import plan as planning
 from rnnjax.train import report
 from rnnjax.train import run_folder
@@ -61,7 +61,7 @@ def run_configs(base: ConfigDict, sweep: list[dict], command_line: Mapping[str, 
   configs = []
   for i, overrides in enumerate(sweep):
     try:
-      configs.append(experiments.override(
+      configs.append(experiment.override(
           base, {k: v for k, v in overrides.items() if k not in command_line}))
     except ValueError as error:
       raise SweepError(f'get_sweep: run {i}: {error}') from None
@@ -84,7 +84,7 @@ def provenance() -> dict:
 
 
 def _value(config: ConfigDict, name: str) -> Any:
-  holder, key = experiments.locate(config, name)
+  holder, key = experiment.locate(config, name)
   value = holder[key]
   return value.to_dict() if hasattr(value, 'to_dict') else value
 
@@ -93,7 +93,7 @@ def _print(line: str) -> None:
   print(line, flush=True)
 
 
-def sweep(experiment: experiments.Experiment, configs: list[ConfigDict], overrides: list[dict],
+def sweep(kind: experiment.Experiment, configs: list[ConfigDict], overrides: list[dict],
           workdir: pathlib.Path, command_line: dict | None = None, executor: str = 'local',
           overwrite: bool = False, max_group_size: int = 0, processes: int = 0,
           threads_per_run: int = 0, stall_seconds: float = 1800.0,
@@ -101,7 +101,7 @@ def sweep(experiment: experiments.Experiment, configs: list[ConfigDict], overrid
   """Plans, trains and tabulates a sweep (the module docstring).
 
   Args:
-    experiment: the experiment of every config.
+    kind: the experiment of every config.
     configs: each run's full config (``run_configs``).
     overrides: each run's ``get_sweep()`` dict (its swept values name its folder).
     workdir: the sweep folder.
@@ -125,7 +125,7 @@ def sweep(experiment: experiments.Experiment, configs: list[ConfigDict], overrid
   keys = swept_keys(overrides)
   overrides = [{key: _value(config, key) for key in dict.fromkeys([*values, *keys])}
                for values, config in zip(overrides, configs)]  # as the configs hold them
-  names, plans = _plan(experiment, configs, overrides, keys, workdir, overwrite)
+  names, plans = _plan(kind, configs, overrides, keys, workdir, overwrite)
   reasons = {i: run.reason for i, run in enumerate(plans) if run.action == 'refused'}
   job_folder = workdir / '.jobs'
   runner = executors.find(executor)(executors.Settings(
@@ -133,12 +133,12 @@ def sweep(experiment: experiments.Experiment, configs: list[ConfigDict], overrid
   lock = run_folder.lock(workdir)
   run_folder.write_json(workdir / 'runs.json', dict(zip(names, overrides)))
   _note(workdir, names, plans)
-  groups = planning.jobs(experiment, plans, max_group_size, runner.parts)
-  jobs = _jobs(experiment, plans, groups, overwrite, job_folder)
+  groups = planning.jobs(kind, plans, max_group_size, runner.parts)
+  jobs = _jobs(kind, plans, groups, overwrite, job_folder)
   statuses: dict[int, str] = {}  # of the runs that did not end: failed, interrupted
-  interrupted = _train(runner, experiment, plans, names, list(zip(jobs, groups)), reasons,
+  interrupted = _train(runner, kind, plans, names, list(zip(jobs, groups)), reasons,
                        statuses, job_folder)
-  table, kept = _tables(experiment, plans, overrides, names, keys, statuses, workdir,
+  table, kept = _tables(kind, plans, overrides, names, keys, statuses, workdir,
                         command_line)
   _print(table)
   if interrupted:
@@ -154,7 +154,7 @@ def sweep(experiment: experiments.Experiment, configs: list[ConfigDict], overrid
   return 130 if interrupted else 1 if reasons else 0
 
 
-def _plan(experiment: experiments.Experiment, configs: list[ConfigDict], overrides: list[dict],
+def _plan(kind: experiment.Experiment, configs: list[ConfigDict], overrides: list[dict],
           keys: list[str], workdir: pathlib.Path, overwrite: bool
           ) -> tuple[list[str], list[planning.RunPlan]]:
   """Each run's folder name and plan (``plan.plan``), read-only.
@@ -167,7 +167,7 @@ def _plan(experiment: experiments.Experiment, configs: list[ConfigDict], overrid
     twice = next(n for n in names if names.count(n) > 1)
     raise SweepError(f'get_sweep: runs {[i for i, n in enumerate(names) if n == twice]} have '
                      f'the same swept values ({twice}); give each run its own')
-  plans = planning.plan(experiment, configs, [workdir / name for name in names],
+  plans = planning.plan(kind, configs, [workdir / name for name in names],
                         'all' if overwrite else 'changed')
   reasons = {i: run.reason for i, run in enumerate(plans) if run.action == 'refused'}
   if len(reasons) == len(plans):  # a bad --config.NAME, say: no folder made for it
@@ -196,26 +196,26 @@ def _note(workdir: pathlib.Path, names: list[str], plans: list[planning.RunPlan]
            + ', '.join(changed))
 
 
-def _jobs(experiment: experiments.Experiment, plans: list[planning.RunPlan],
+def _jobs(kind: experiment.Experiment, plans: list[planning.RunPlan],
           groups: list[list[int]], overwrite: bool, job_folder: pathlib.Path) -> list[dict]:
   """The jobs of ``groups`` (indices into ``plans``), as ``job`` describes them."""
   where = provenance()
-  return [{'id': str(n), 'experiment': experiment.name, 'overwrite': 'all' if overwrite else
+  return [{'id': str(n), 'experiment': kind.name, 'overwrite': 'all' if overwrite else
            'changed', 'result': str((job_folder / f'{n}.result.json').absolute()),
            'provenance': where,
            'runs': [{'folder': str(plans[i].folder.absolute()),
-                     'config': experiments.as_dict(plans[i].config)} for i in group]}
+                     'config': experiment.as_dict(plans[i].config)} for i in group]}
           for n, group in enumerate(groups)]
 
 
-def _train(runner: executors.Executor, experiment: experiments.Experiment,
+def _train(runner: executors.Executor, kind: experiment.Experiment,
            plans: list[planning.RunPlan], names: list[str], jobs: list[tuple[dict, list[int]]],
            reasons: dict[int, str], statuses: dict[int, str], job_folder: pathlib.Path) -> bool:
   """Runs the jobs (each with its runs' indices) on ``runner`` under a progress bar of their
   work; each run that does not end gets its status, a failed one its reason too. Returns
   whether a signal (SIGINT, SIGTERM) stopped the executor."""
   index = {run.folder.absolute(): i for i, run in enumerate(plans)}
-  weights = {job['id']: sum(experiment.work(plans[i].config) for i in group)
+  weights = {job['id']: sum(kind.work(plans[i].config) for i in group)
              for job, group in jobs}
   done = {job['id']: plans[group[0]].step for job, group in jobs}
   total = sum(weights[job['id']] * plans[group[0]].config.steps for job, group in jobs)
@@ -266,7 +266,7 @@ def _train(runner: executors.Executor, experiment: experiments.Experiment,
   return bool(signals)
 
 
-def _tables(experiment: experiments.Experiment, plans: list[planning.RunPlan],
+def _tables(kind: experiment.Experiment, plans: list[planning.RunPlan],
             overrides: list[dict], names: list[str], keys: list[str], statuses: dict[int, str],
             workdir: pathlib.Path, command_line: dict | None) -> tuple[str, int]:
   """Writes the sweep's tables (``report.write``); returns the per-run table and how many
@@ -280,12 +280,12 @@ def _tables(experiment: experiments.Experiment, plans: list[planning.RunPlan],
     summary = run_folder.read_json(run.folder / run_folder.SUMMARY)
     status = ('failed' if run.action == 'refused' else statuses.get(i)
               or (summary or {}).get('status') or 'missing')
-    runs.append({'name': name, 'values': values, 'config': experiments.as_dict(run.config),
+    runs.append({'name': name, 'values': values, 'config': experiment.as_dict(run.config),
                  'summary': summary if status in run_folder.ENDED else None,
                  'timing': run_folder.read_json(run.folder / run_folder.TIMING),
                  'status': status})
   try:
-    table = report.write(runs, keys, experiment, workdir, command_line)
+    table = report.write(runs, keys, kind, workdir, command_line)
   except OSError as error:
     raise SweepError(f'cannot write the tables to {workdir}: {error}') from None
   return table, sum(run['status'] in run_folder.ENDED for run in runs)
