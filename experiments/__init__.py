@@ -1,1 +1,1 @@
-"""The studies of this checkout: an Experiment a module, their shared tasks; configs in configs/."""
+"""The studies of this checkout: their experiments, their shared tasks, and configs/."""

@@ -1,1 +1,1 @@
-"""Command-line entries: run one config, sweep one on any executor, re-measure the tables."""
+"""Command-line entries: run one config, or sweep one on any executor (local, Slurm, Ray)."""
