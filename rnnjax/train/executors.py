@@ -1,14 +1,10 @@
 """The Executor interface: what the launcher needs of a place that runs a sweep's jobs.
 
 An executor is made as ``cls(settings)`` before the launcher touches the sweep folder (one that
-cannot run as asked raises ValueError naming its flag then), says how many jobs each vmapped
-group is cut into (``parts``), runs the jobs and reports each one's result, and stops on a
-signal within ``STOP_SECONDS``. Wherever it runs them, a job is ``job.run_job`` and writes its
-result file, the same JSON everywhere; a job that ends without one (lost) gets its result
-from ``result_of``.
-
-Executors are found by name in ``EXECUTORS``: adding one is a module with a class of this shape
-and a line there. The launcher, the commands and the tests speak to nothing else.
+cannot run as asked raises ValueError naming its flag then). Wherever it runs a job, the job is
+``job.run_job`` and writes its result file, the same JSON everywhere (``result_of`` for a job
+lost). Executors are found by name in ``EXECUTORS``: adding one is a module with a class of
+this shape and a line there; the launcher, the commands and the tests know nothing else.
 """
 
 import contextlib
@@ -19,7 +15,7 @@ from typing import Any, Callable, ClassVar, Mapping, NamedTuple, Protocol
 
 from rnnjax.train import run_folder
 
-__all__ = ['Settings', 'Executor', 'EXECUTORS', 'STOP_SECONDS', 'find', 'result_of', 'header']
+__all__ = ['Settings', 'Executor', 'EXECUTORS', 'STOP_SECONDS', 'find', 'result_of', 'log', 'header']
 
 OnEnd = Callable[[dict, dict], None]  # on_end(job, result)
 OnProgress = Callable[[dict, int], None]  # on_progress(job, step)
@@ -28,8 +24,7 @@ STOP_SECONDS = 60.0  # after ``stop``, what the running jobs have to checkpoint 
 
 
 class Settings(NamedTuple):
-  """What the launcher gives every executor it makes (the sweep's flags); each takes what
-  applies to it."""
+  """The sweep's flags, which the launcher gives every executor; each takes what applies."""
   folder: pathlib.Path  # the sweep's job folder (<workdir>/.jobs): result files, logs
   processes: int = 0  # --processes: jobs at a time on this machine (0: one per core)
   threads_per_run: int = 0  # --threads_per_run: cores of each (0: the cores / processes)
@@ -85,12 +80,16 @@ def result_of(job: dict, why: str, status: str = 'failed') -> dict:
                    for run in job['runs']]}
 
 
-def header(job: dict, where: str) -> None:
-  """The job's first line in each of its runs' log.txt (the folders made here); a full disk
-  loses the line, not the sweep (the job names the disk in its result)."""
+def log(job: dict, text: str) -> None:
+  """Appends ``text`` to each of the job's runs' log.txt (the folders made here); a full disk
+  loses it, not the sweep (the job names the disk in its result)."""
   for run in job['runs']:
     with contextlib.suppress(OSError):
       pathlib.Path(run['folder']).mkdir(parents=True, exist_ok=True)
-      run_folder.append_text(pathlib.Path(run['folder']) / run_folder.LOG,
-                             f'\n=== {time.strftime("%Y-%m-%d %H:%M:%S")} job {job["id"]}: '
-                             f'{len(job["runs"])} run(s) {where}\n')
+      run_folder.append_text(pathlib.Path(run['folder']) / run_folder.LOG, text)
+
+
+def header(job: dict, where: str) -> None:
+  """The job's first line in its runs' log.txt (``log``)."""
+  log(job, f'\n=== {time.strftime("%Y-%m-%d %H:%M:%S")} job {job["id"]}: '
+           f'{len(job["runs"])} run(s) {where}\n')

@@ -2,10 +2,8 @@
 
 One worker (``python -m rnnjax.train.job``) per ``threads_per_run`` cores, at most
 ``processes``, each pinned to its cores and killed with the launcher (Linux's parent-death
-signal), running its jobs one after another. A job that sends no event for ``stall_seconds``
-is named, and killed ``grace_seconds`` later; after ``stop`` the running jobs are asked to
-checkpoint and what still runs ``executors.STOP_SECONDS`` later is killed, so the launcher
-always ends.
+signal), runs its jobs one after another. A job that sends no event for ``stall_seconds`` is
+named, and killed ``grace_seconds`` later.
 """
 
 import concurrent.futures
@@ -24,7 +22,6 @@ import time
 from typing import Callable
 
 from rnnjax.train import executors
-from rnnjax.train import run_folder
 
 __all__ = ['Local']
 
@@ -143,9 +140,8 @@ class Local:
         executors.header(job, f'on cores {list(cores)}: worker python -m rnnjax.train.job (pid '
                                 f'{process.pid})')
         taken, why = self._follow(process, job, on_progress)
-        for run in job['runs'] if why is not None else ():  # the run's own log says why too
-          with contextlib.suppress(OSError):
-            run_folder.append_text(pathlib.Path(run['folder']) / run_folder.LOG, f'{why}\n')
+        if why is not None:  # the run's own log says why too
+          executors.log(job, f'{why}\n')
         if taken or self.stopping.is_set():
           break
     finally:

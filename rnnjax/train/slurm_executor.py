@@ -21,13 +21,8 @@ __all__ = ['Slurm', 'SlurmJob']
 
 
 class SlurmJob(submitit.helpers.Checkpointable):
-  """A submitit callable for one job; requeued, it runs again and resumes from its
-  runs' checkpoints (``checkpoint`` resubmits the same call).
-
-  SIGTERM (Slurm's preemption or ``scontrol requeue``) checkpoints the current
-  step and ends the task; SIGUSR2 (submitit's time-limit warning) checkpoints,
-  then hands the signal to submitit, which requeues the task.
-  """
+  """A submitit callable for one job (``checkpoint`` resubmits the same call): SIGTERM stops
+  it at a checkpoint, SIGUSR2 too and then hands the signal to submitit, which requeues it."""
 
   def __init__(self, job: dict):
     self.job = job

@@ -134,7 +134,12 @@ def sweep(kind: experiment.Experiment, configs: list[ConfigDict], overrides: lis
   run_folder.write_json(workdir / 'runs.json', dict(zip(names, overrides)))
   _note(workdir, names, plans)
   groups = planning.jobs(kind, plans, max_group_size, runner.parts)
-  jobs = _jobs(kind, plans, groups, overwrite, job_folder)
+  where = provenance()
+  jobs = [{'id': str(n), 'experiment': kind.name, 'overwrite': 'all' if overwrite else 'changed',
+           'result': str((job_folder / f'{n}.result.json').absolute()), 'provenance': where,
+           'runs': [{'folder': str(plans[i].folder.absolute()),
+                     'config': experiment.as_dict(plans[i].config)} for i in group]}
+          for n, group in enumerate(groups)]
   statuses: dict[int, str] = {}  # of the runs that did not end: failed, interrupted
   interrupted = _train(runner, kind, plans, names, list(zip(jobs, groups)), reasons,
                        statuses, job_folder)
@@ -157,11 +162,8 @@ def sweep(kind: experiment.Experiment, configs: list[ConfigDict], overrides: lis
 def _plan(kind: experiment.Experiment, configs: list[ConfigDict], overrides: list[dict],
           keys: list[str], workdir: pathlib.Path, overwrite: bool
           ) -> tuple[list[str], list[planning.RunPlan]]:
-  """Each run's folder name and plan (``plan.plan``), read-only.
-
-  Raises:
-    SweepError: two runs of the same swept values, or every run refused.
-  """
+  """Each run's folder name and plan (``plan.plan``), read-only; SweepError for two runs of
+  the same swept values, or every run refused."""
   names = planning.folder_names(overrides, keys)
   if len(set(names)) < len(names):
     twice = next(n for n in names if names.count(n) > 1)
@@ -196,24 +198,11 @@ def _note(workdir: pathlib.Path, names: list[str], plans: list[planning.RunPlan]
            + ', '.join(changed))
 
 
-def _jobs(kind: experiment.Experiment, plans: list[planning.RunPlan],
-          groups: list[list[int]], overwrite: bool, job_folder: pathlib.Path) -> list[dict]:
-  """The jobs of ``groups`` (indices into ``plans``), as ``job`` describes them."""
-  where = provenance()
-  return [{'id': str(n), 'experiment': kind.name, 'overwrite': 'all' if overwrite else
-           'changed', 'result': str((job_folder / f'{n}.result.json').absolute()),
-           'provenance': where,
-           'runs': [{'folder': str(plans[i].folder.absolute()),
-                     'config': experiment.as_dict(plans[i].config)} for i in group]}
-          for n, group in enumerate(groups)]
-
-
 def _train(runner: executors.Executor, kind: experiment.Experiment,
            plans: list[planning.RunPlan], names: list[str], jobs: list[tuple[dict, list[int]]],
            reasons: dict[int, str], statuses: dict[int, str], job_folder: pathlib.Path) -> bool:
-  """Runs the jobs (each with its runs' indices) on ``runner`` under a progress bar of their
-  work; each run that does not end gets its status, a failed one its reason too. Returns
-  whether a signal (SIGINT, SIGTERM) stopped the executor."""
+  """Runs the jobs (with their runs' indices) on ``runner`` under a progress bar; a run that
+  does not end gets its status (a failed one its reason). Returns whether a signal stopped it."""
   index = {run.folder.absolute(): i for i, run in enumerate(plans)}
   weights = {job['id']: sum(kind.work(plans[i].config) for i in group)
              for job, group in jobs}
@@ -269,12 +258,8 @@ def _train(runner: executors.Executor, kind: experiment.Experiment,
 def _tables(kind: experiment.Experiment, plans: list[planning.RunPlan],
             overrides: list[dict], names: list[str], keys: list[str], statuses: dict[int, str],
             workdir: pathlib.Path, command_line: dict | None) -> tuple[str, int]:
-  """Writes the sweep's tables (``report.write``); returns the per-run table and how many
-  runs have ended.
-
-  Raises:
-    SweepError: a table cannot be written.
-  """
+  """Writes the sweep's tables (``report.write``; SweepError where it cannot); returns the
+  per-run table and how many runs have ended."""
   runs = []
   for i, (run, values, name) in enumerate(zip(plans, overrides, names)):
     summary = run_folder.read_json(run.folder / run_folder.SUMMARY)

@@ -13,14 +13,12 @@ change no program (initial params, seed, learning rate, clip threshold) train as
 
 A step that is not finite is never applied (params are always the last finite ones); with
 ``on_divergence='skip'`` it counts as skipped and training goes on, with 'stop' the run stops
-there. A task with ``solved`` stops a run once solved (checked every ``solved_every`` steps).
-A task with ``validate`` is scored on held-out data every ``validate_every`` steps, and with
-``plateau_decay`` < 1 the learning rate follows the validation loss as Mikolov's RNNLM
-toolkit does (``plateau``): once a check improves on the last by less than the relative
-``plateau_threshold`` the rate is multiplied by ``plateau_decay`` at every check, and the next
-check that improves by less ends the run (converged).
-``task.batch(t)`` is a function of t alone and the carry and key are checkpointed, so a run
-killed at any moment and rerun gives the same params, metrics and summary, bit for bit.
+there. A task with ``solved`` stops a run once solved (checked every ``solved_every`` steps);
+one with ``validate`` is scored on held-out data every ``validate_every`` steps, its learning
+rate following the validation loss by Mikolov's rule (``plateau``) where ``plateau_decay`` < 1.
+The loop's periodic actions are data (``cadences``, ``itstime``). ``task.batch(t)`` is a
+function of t alone and the carry and key are checkpointed, so a run killed at any moment and
+rerun gives the same params, metrics and summary, bit for bit.
 
 Units: losses in nats; bits = nats / ln 2.
 """
@@ -45,8 +43,8 @@ from rnnjax.train import devices
 from rnnjax.train import optimizers
 from rnnjax.train import records
 
-__all__ = ['Task', 'TrainState', 'Interrupted', 'Programs', 'initial_state', 'train',
-           'host_spectral_radii', 'unstack', 'LOGGED', 'TOTALS']
+__all__ = ['Task', 'TrainState', 'Interrupted', 'Programs', 'Cadence', 'initial_state', 'train',
+           'cadences', 'itstime', 'plateau', 'host_spectral_radii', 'unstack', 'LOGGED', 'TOTALS']
 
 
 class Task(NamedTuple):
@@ -355,10 +353,8 @@ class _Group:
     self.task, self.configs, self.runs, self.programs = task, configs, len(configs), programs
     self.where = devices.placement(configs[0].get('layout', 'auto'), self.runs, task.batch(1))
     self.paths, self.writer = list(folders or ()), writer and folders is not None
-    self.stores: list[Any] = []
-    self.boards: list[Any] = []
+    self.stores, self.boards, self.seconds = list[Any](), list[Any](), dict[str, float]()
     self.lines: list[list[dict]] = [[] for _ in range(self.runs)]
-    self.seconds: dict[str, float] = {}
     self.mark, self.compiled_before = time.perf_counter(), programs.compile_seconds
 
   def charge(self, phase: str | None) -> None:
@@ -569,13 +565,12 @@ def train(task: Task, configs: Sequence[ConfigDict], folders: Sequence[pathlib.P
           ) -> tuple[list, list[dict], dict[str, float]]:
   """Trains a group of runs to ``config.steps``, resuming from their checkpoints.
 
-  Every logged step (1, each ``log_every``, the last) appends to each run's metrics.jsonl
-  and TensorBoard events: loss (nats, mean of the finite steps since the last line), bits,
-  grad_norm (pre-clip global norm), max_grad_norm, clipped (this step), clipped_fraction,
-  update_norm, skipped (since the last line), and measured_spectral_radius and the
-  gradient-norm profile {k: ||dL/dh_{T-k}|| / ||dL/dh_T||} of the params and carry the step
-  started from. A stopped run gets no more lines. Each run's whole state is checkpointed
-  every ``checkpoint_every`` steps and at the end.
+  Every logged step (``cadences``) appends to each run's metrics.jsonl and TensorBoard
+  events: loss (nats, mean of the finite steps since the last line), bits, grad_norm (pre-clip
+  global norm), max_grad_norm, clipped (this step), clipped_fraction, update_norm, skipped
+  (since the last line), measured_spectral_radius and the gradient-norm profile
+  {k: ||dL/dh_{T-k}|| / ||dL/dh_T||} of the params and carry the step started from, and at a
+  validation the validation_loss and learning_rate. A stopped run gets no more lines.
 
   Args:
     task: the experiment's ``Task``.
@@ -589,11 +584,12 @@ def train(task: Task, configs: Sequence[ConfigDict], folders: Sequence[pathlib.P
 
   Returns:
     ``(params, records, seconds)``: R final params (the last finite ones, those saved), R
-    dicts (status 'finished' or 'diverged', steps_done, diverged_step, solved_step,
-    skipped_steps, clipped_fraction, max_grad_norm, train_loss_nats and train_loss_bits of
-    the last logged interval, first_profile at initialization, final_measured_spectral_radius
-    and final_profile of the saved params on the last batch, and the largest Lyapunov
-    exponent first and final) and the seconds per phase.
+    dicts (status 'finished' or 'diverged', steps_done, diverged_step, solved_step, with
+    validations converged_step, validation_loss and final_learning_rate, skipped_steps,
+    clipped_fraction, max_grad_norm, train_loss_nats and train_loss_bits of the last logged
+    interval, first_profile at initialization, final_measured_spectral_radius and
+    final_profile of the saved params on the last batch, and the largest Lyapunov exponent
+    first and final) and the seconds per phase.
 
   Raises:
     Interrupted: when ``stop_requested`` said so (after checkpointing).
