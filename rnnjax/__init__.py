@@ -60,7 +60,6 @@ from rnnjax.convert import elman_to_torch
 from rnnjax.diagnostics import gradient_norm_profile
 from rnnjax.diagnostics import growth_rate
 from rnnjax.diagnostics import jacobian_product_norms
-from rnnjax.diagnostics import norm_table
 from rnnjax.diagnostics import state_gradients
 from rnnjax.evaluation import cross_entropy
 from rnnjax.evaluation import perplexity
@@ -95,7 +94,7 @@ __all__ = [
     'spectral_radius', 'gaussian_at_radius', 'orthogonal_at_radius',
     # diagnostics
     'state_gradients', 'gradient_norm_profile', 'jacobian_product_norms', 'growth_rate',
-    'gradient_norm_table', 'norm_table', 'lyapunov_spectrum',
+    'gradient_norm_table', 'lyapunov_spectrum',
     # regularizers, clipping, norms
     'omega', 'omega_penalty', 'flossing_loss', 'clip_pascanu', 'clip_with_fallback',
     'global_norm',

@@ -205,8 +205,7 @@ def gradient_norm_table(radii: Sequence[float] = (0.7, 1.0, 1.3),
       ``jax.enable_x64``: ratios below float32's 1.2e-38 stay measurable).
 
   Returns:
-    ``{rho: {k: ratio}}``, each ratio a scalar (Python floats; format it with
-    ``diagnostics.norm_table``).
+    ``{rho: {k: ratio}}``, each ratio a scalar (Python floats).
 
   Raises:
     ValueError: naming the argument, for an unknown protocol, radii that are
