@@ -43,8 +43,8 @@ from jax.typing import ArrayLike
 import jax.numpy as jnp
 import numpy as np
 
+from rnnjax import dtypes
 from rnnjax import initializers
-from rnnjax import recurrence
 
 __all__ = [
     'ACTIVATIONS', 'Activation', 'Params', 'RECURRENT_INITS', 'activation_derivative',
@@ -157,10 +157,10 @@ def check_step(name: str, params: Params, carry: Any, x_shape: tuple[int, ...],
 
 
 def _in_params_dtype(params: Params, x: ArrayLike, carry: Any) -> tuple[jax.Array, Any]:
-  """``(x, carry)`` cast to the params' dtype (``recurrence.compute_dtype``), after
+  """``(x, carry)`` cast to the params' dtype (``dtypes.compute_dtype``), after
   checking that ``x`` is floating."""
-  recurrence.check_floating('inputs', x)
-  return recurrence.cast_floating((x, carry), recurrence.compute_dtype(params))
+  dtypes.check_floating('inputs', x)
+  return dtypes.cast_floating((x, carry), dtypes.compute_dtype(params))
 
 
 def elman_cell(params: Params, carry: ArrayLike, x: ArrayLike,

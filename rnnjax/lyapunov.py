@@ -52,6 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from rnnjax import dtypes
 from rnnjax import recurrence
 
 __all__ = ['lyapunov_spectrum', 'flossing_loss']
@@ -128,9 +129,9 @@ def lyapunov_spectrum(cell: Cell, params: Any, inputs: jax.typing.ArrayLike, ini
     Benettin et al. (1980); Engelken, Wolf & Abbott (2023), arXiv 2006.02427.
   """
   recurrence.check_inputs(inputs, initial_state, lengths)
-  dtype = recurrence.compute_dtype(params) or jnp.dtype(jnp.float32)
+  dtype = dtypes.compute_dtype(params) or jnp.dtype(jnp.float32)
   sequences: jax.Array
-  sequences, initial_state = recurrence.cast_floating((jnp.asarray(inputs), initial_state), dtype)
+  sequences, initial_state = dtypes.cast_floating((jnp.asarray(inputs), initial_state), dtype)
   recurrence.check_carry(cell, params, sequences, initial_state)
   batch, steps = sequences.shape[:2]
   one_carry = jax.tree_util.tree_map(lambda leaf: leaf[:1], initial_state)
