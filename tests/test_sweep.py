@@ -209,9 +209,7 @@ def test_a_second_launcher_on_a_locked_sweep_exits_naming_the_holder(tmp_path,
   config = write_config(tmp_path, steps=100_000, radius=1.0)
   workdir = tmp_path / 'sweep'
   first = launch(config, workdir)
-  deadline = time.time() + 120
-  while not (workdir / '.lock').exists() and time.time() < deadline:
-    time.sleep(0.1)
+  wait_until(lambda: (workdir / '.lock').exists(), 120)
   time.sleep(1)
   code, _, errors = run_sweep(config, workdir)
   assert code == 1
@@ -227,10 +225,8 @@ def test_after_sigkill_of_the_launcher_a_relaunch_trains_no_run_twice(tmp_path,
   config = write_config(tmp_path, steps=3000, radius=1.0)
   workdir = tmp_path / 'sweep'
   first = launch(config, workdir)
-  deadline = time.time() + 300
-  while time.time() < deadline and not all(
-      len(metrics_steps(workdir / f'spectral_radius={r}')) >= 3 for r in (0.5, 1.5, 1.0)):
-    time.sleep(0.2)
+  wait_until(lambda: all(len(metrics_steps(workdir / f'spectral_radius={r}')) >= 3
+                         for r in (0.5, 1.5, 1.0)), 300)
   first.send_signal(signal.SIGKILL)
   first.communicate()
   time.sleep(1)  # the children get SIGKILL from the kernel as their parent dies
@@ -370,12 +366,17 @@ def test_a_job_handed_to_a_worker_that_ends_untaken_runs_on_a_new_one(tmp_path,
           'job') in (tmp_path / 'run' / 'log.txt').read_text()
 
 
+def wait_until(condition, seconds, every=0.1):
+  """Until ``condition()`` holds, or ``seconds`` have passed."""
+  deadline = time.time() + seconds
+  while not condition() and time.time() < deadline:
+    time.sleep(every)
+
+
 def wait_for_training(workdir, runs, seconds=120):
   """Until ``runs`` run folders of the sweep have a metrics line: their workers took their
   jobs and train (a signal before that finds a run with nothing to checkpoint)."""
-  deadline = time.time() + seconds
-  while len(list(workdir.glob('*/metrics.jsonl'))) < runs and time.time() < deadline:
-    time.sleep(0.5)
+  wait_until(lambda: len(list(workdir.glob('*/metrics.jsonl'))) >= runs, seconds, 0.5)
 
 
 def test_interrupted_sweep_stops_its_runs_and_resumes(tmp_path, shared_data_dir):
