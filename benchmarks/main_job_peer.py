@@ -370,8 +370,8 @@ def run_launch_sweep(overrides: list[dict], cache: str) -> dict:
   Raises:
     RuntimeError: with the output's tail, when the sweep fails.
   """
-  from rnnjax.train import folder
   from rnnjax.train import plan
+  from rnnjax.train import run_folder
   from rnnjax.train import sweep
   names = plan.folder_names(overrides, sweep.swept_keys(overrides))
   with tempfile.TemporaryDirectory(prefix='main_job_peer_') as tmp:
@@ -389,8 +389,8 @@ def run_launch_sweep(overrides: list[dict], cache: str) -> dict:
     if result.returncode != 0:
       raise RuntimeError(f'launch.sweep failed ({result.returncode}):\n'
                          f'{(result.stdout + result.stderr)[-3000:]}')
-    summaries = [folder.read_json(workdir / name / folder.SUMMARY) for name in names]
-    timings = [folder.read_json(workdir / name / folder.TIMING) for name in names]
+    summaries = [run_folder.read_json(workdir / name / run_folder.SUMMARY) for name in names]
+    timings = [run_folder.read_json(workdir / name / run_folder.TIMING) for name in names]
   phases, seen, done, spent = {}, set(), {}, {}
   for values, summary, timing in zip(overrides, summaries, timings):
     shared = dict(timing['seconds'])

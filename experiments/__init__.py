@@ -1,1 +1,1 @@
-"""Experiments: one absl app per study, configs in experiments/configs/."""
+"""The studies of this checkout: their experiments, their shared tasks, and configs/."""

@@ -3,7 +3,7 @@
 The task as the reference code draws it (``synthetic.temporal_order_pascanu``:
 six one-hot symbols, A or B at a step in [T/10, 2T/10) and another in
 [5T/10, 6T/10), distractors elsewhere; four classes read from the last
-state) and the network of the paper (``models.init_pascanu``): an Elman
+state) and the network of the paper (``init_pascanu``): an Elman
 layer of 50 tanh units, a softmax readout of the last state, trained by SGD
 without momentum (lr 0.01, batch 20) with one of the methods of
 ``experiments.pascanu`` (MSGD, MSGD-C, MSGD-CR), and the 'basic_tanh' or
@@ -15,7 +15,7 @@ max_length) as RNN.py line 321 (the generalization experiment). Each step
 draws a fresh batch from the run's key (runs of one seed see the same data).
 The training loss logged is the cross-entropy alone (nats): the Omega term
 enters the loss as alpha (Omega - stop_gradient(Omega)), which adds its
-gradient and not its value (``models.pascanu_loss``).
+gradient and not its value (``pascanu_loss``).
 
 The report: the error rate on ``test_size`` fresh sequences (key
 fold_in(seed, 3); mode range: in chunks of ``test_chunk`` sequences, each
@@ -35,16 +35,150 @@ import math
 
 import jax
 import jax.numpy as jnp
+import optax
 
 from experiments import pascanu
 from rnnjax import cells
 from rnnjax import diagnostics
-from rnnjax import models
+from rnnjax import fused
+from rnnjax import initializers
 from rnnjax import recurrence
+from rnnjax import regularizers
 from rnnjax.data import synthetic
 from rnnjax.train import experiment
 from rnnjax.train import report
 from rnnjax.train import trainer
+
+# The network of Pascanu et al. (2013): one tanh Elman layer, a softmax of the last state.
+
+PASCANU_INITS = ('basic_tanh', 'smart_tanh')
+BASIC_SCALE = 0.1  # RNN.py lines 116-121: W_uh, W_hh, W_hy ~ N(0, 0.1^2)
+SMART_SCALE = 0.01  # RNN.py lines 126-137: W_uh, W_hy ~ N(0, 0.01^2)
+SMART_NONZEROS = 15  # RNN.py line 132: non-zeros per row of W_hh (at most H)
+SMART_RADIUS = 0.95  # RNN.py line 134
+
+
+def init_pascanu(key: jax.Array, init: str, input_size: int, hidden_size: int,
+                 num_classes: int) -> dict:
+  """Params of the network of Pascanu et al., as the reference code initializes them.
+
+  'basic_tanh': W_xh, W_hh, W_out ~ N(0, 0.1^2); 'smart_tanh': W_xh, W_out ~
+  N(0, 0.01^2) and W_hh ``initializers.sparse_at_radius`` (min(15, H) non-zeros
+  per row, spectral radius 0.95); biases 0. (``jax.jit`` it with ``init`` and
+  the sizes static: its eager ops compile one by one.)
+
+  Args:
+    key: a ``jax.random`` key.
+    init: one of ``PASCANU_INITS``.
+    input_size: d (6 one-hot symbols for the temporal order problem).
+    hidden_size: H.
+    num_classes: K.
+
+  Returns:
+    ``{'cell': {'W_xh': <float32>[d, H], 'W_hh': [H, H], 'b': [H]}, 'W_out':
+    <float32>[H, K], 'b_out': [K]}``.
+
+  Raises:
+    ValueError: for an ``init`` not in ``PASCANU_INITS``.
+
+  References:
+    Pascanu, Mikolov & Bengio (2013), "On the difficulty of training
+    recurrent neural networks", section 5.1; github.com/pascanur/trainingRNNs,
+    RNN.py lines 115-140.
+  """
+  if init not in PASCANU_INITS:
+    raise ValueError(f'init: expected one of {PASCANU_INITS}, got {init!r}')
+  key_x, key_h, key_out = jax.random.split(key, 3)
+  scale = BASIC_SCALE if init == 'basic_tanh' else SMART_SCALE
+  if init == 'basic_tanh':
+    w_hh = BASIC_SCALE * jax.random.normal(key_h, (hidden_size, hidden_size), jnp.float32)
+  else:
+    w_hh = initializers.sparse_at_radius(key_h, hidden_size, min(SMART_NONZEROS, hidden_size),
+                                         SMART_RADIUS)
+  return {'cell': {'W_xh': scale * jax.random.normal(key_x, (input_size, hidden_size),
+                                                     jnp.float32),
+                   'W_hh': w_hh, 'b': jnp.zeros((hidden_size,), jnp.float32)},
+          'W_out': scale * jax.random.normal(key_out, (hidden_size, num_classes), jnp.float32),
+          'b_out': jnp.zeros((num_classes,), jnp.float32)}
+
+
+def last_states(states: jax.Array, lengths: jax.typing.ArrayLike | None) -> jax.Array:
+  """The state at each sequence's last step: ``[B, T, H]``, ``<int32>[B]`` (values in
+  [1, T]) or None (every sequence T steps) -> ``[B, H]``."""
+  if lengths is None:
+    return states[:, -1]
+  return jnp.take_along_axis(states, (jnp.asarray(lengths) - 1)[:, None, None], axis=1)[:, 0]
+
+
+def pascanu_readout_loss(params: dict, last: jax.Array, targets: jax.typing.ArrayLike
+                         ) -> jax.Array:
+  """Mean cross-entropy (nats, ``<float32>[]``) of the softmax readout of the last
+  states ``<float32>[B, H]`` against ``targets <int32>[B]`` in [0, K)."""
+  logits = last @ params['W_out'] + params['b_out']
+  return optax.softmax_cross_entropy_with_integer_labels(logits, targets).mean()
+
+
+def pascanu_loss(params: dict, inputs: jax.Array, targets: jax.typing.ArrayLike,
+                 lengths: jax.typing.ArrayLike | None = None,
+                 omega_weight: float = 0.0) -> jax.Array:
+  """The training loss of a batch: ``(value, gradient source)`` in one scalar.
+
+  The value is the cross-entropy of the last state's prediction (nats,
+  ``pascanu_readout_loss``); with ``omega_weight`` alpha > 0 the gradient
+  adds alpha times Omega's (``regularizers.omega_penalty`` with dE/dh_t of
+  this cross-entropy, W_hh only), the value does not: the loss is
+  ``E + alpha (Omega - stop_gradient(Omega))``.
+
+  Args:
+    params: ``init_pascanu`` params.
+    inputs: ``<float32>[B, T, d]``.
+    targets: ``<int32>[B]`` classes in [0, K).
+    lengths: optional ``<int32>[B]`` in [1, T] (the state after each sequence's
+      last step is read); None: every sequence T steps.
+    omega_weight: alpha >= 0, a Python number (0: no Omega term is traced).
+
+  Returns:
+    ``<float32>[]`` nats.
+
+  References:
+    Pascanu, Mikolov & Bengio (2013), eq. 9-10; RNN.py line 217 (the Omega
+    gradient added before clipping).
+  """
+  hidden = params['cell']['W_hh'].shape[0]
+  initial = jnp.zeros((inputs.shape[0], hidden), jnp.float32)
+  states, last = fused.elman_layer(params['cell'], inputs, initial, lengths)
+  loss = pascanu_readout_loss(params, last, targets)
+  if omega_weight:
+    omega = regularizers.omega_penalty(
+        params['cell'], inputs, initial,
+        lambda s: pascanu_readout_loss(params, last_states(s, lengths), targets), 'tanh',
+        lengths, states)
+    loss = loss + omega_weight * (omega - jax.lax.stop_gradient(omega))
+  return loss
+
+
+def pascanu_errors(params: dict, inputs: jax.Array, targets: jax.typing.ArrayLike,
+                   lengths: jax.typing.ArrayLike | None = None) -> jax.Array:
+  """The number of sequences whose last state's argmax class is wrong, forward only.
+
+  The recurrence is ``recurrence.scan`` of ``cells.elman('tanh')``: the final
+  state is its carry, so under ``jax.jit`` no ``[B, T, H]`` buffer of states
+  is kept (any T fits in memory).
+
+  Args:
+    params: ``init_pascanu`` params.
+    inputs: ``<float32>[B, T, d]``.
+    targets: ``<int32>[B]``.
+    lengths: optional ``<int32>[B]`` in [1, T]; None: every sequence T steps.
+
+  Returns:
+    ``<float32>[]``: the count of errors, in [0, B].
+  """
+  initial = jnp.zeros((inputs.shape[0], params['cell']['W_hh'].shape[0]), jnp.float32)
+  _, last = recurrence.scan(cells.elman('tanh'), params['cell'], inputs, initial, lengths)
+  logits = last @ params['W_out'] + params['b_out']
+  return jnp.sum(jnp.argmax(logits, -1) != targets).astype(jnp.float32)
+
 
 MODES = ('fixed', 'range')
 PROBE_SEQUENCES = 100
@@ -80,7 +214,7 @@ def draw(config, key, batch_size: int):
 def _test_errors(params, key, chunk: int, min_length: int, max_length: int):
   """Errors (a count, float32) on ``chunk`` fresh sequences drawn as
   ``temporal_order_pascanu_range(key, chunk, min_length, max_length)``."""
-  return models.pascanu_errors(params, *synthetic.temporal_order_pascanu_range(
+  return pascanu_errors(params, *synthetic.temporal_order_pascanu_range(
       key, chunk, min_length, max_length))
 
 
@@ -89,7 +223,7 @@ def task(config) -> trainer.Task:
   omega_weight = float(config.omega_weight)
   probe_inputs, probe_targets = jax.jit(synthetic.temporal_order_pascanu, static_argnums=(1, 2))(
       jax.random.key(PROBE_KEY), PROBE_SEQUENCES, steps_of(config))
-  init_params = jax.jit(models.init_pascanu, static_argnums=(1, 2, 3, 4))
+  init_params = jax.jit(init_pascanu, static_argnums=(1, 2, 3, 4))
   test_errors = jax.jit(_test_errors, static_argnums=(2, 3, 4))
 
   def init(run_config, key):
@@ -98,7 +232,7 @@ def task(config) -> trainer.Task:
 
   def loss(params, carry, batch, key):
     del batch
-    return models.pascanu_loss(params, *draw(config, key, config.batch_size),
+    return pascanu_loss(params, *draw(config, key, config.batch_size),
                                omega_weight), carry
 
   def probe(params, carry, batch):
@@ -107,7 +241,7 @@ def task(config) -> trainer.Task:
     return diagnostics.Probe(
         cells.elman('tanh'), params['cell'], probe_inputs,
         jnp.zeros((PROBE_SEQUENCES, params['cell']['W_hh'].shape[0])),
-        lambda states: models.pascanu_readout_loss(params, states[:, -1], probe_targets))
+        lambda states: pascanu_readout_loss(params, states[:, -1], probe_targets))
 
   def test_error(params, key, size: int, chunk: int, min_length: int, max_length: int) -> float:
     """The error rate on ``size`` fresh sequences, ``chunk`` at a time, chunk i from
@@ -345,7 +479,7 @@ EXPERIMENT = experiment.Experiment(
                             'mode range: each batch at a length in [min_length, max_length)'),
         'max_length': Field(200, None, 'mode range: an int >= min_length'),
         'hidden_size': Field(50, experiment.integer(1)),
-        'init': Field('smart_tanh', experiment.one_of(models.PASCANU_INITS),
+        'init': Field('smart_tanh', experiment.one_of(PASCANU_INITS),
                       'smart_tanh (sparse W_hh, rho 0.95) | basic_tanh (N(0, 0.1^2))'),
         'batch_size': Field(20, experiment.integer(1)),
         'test_size': Field(10000, experiment.integer(1),

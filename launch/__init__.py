@@ -1,1 +1,1 @@
-"""Launchers: sweeps of experiment runs on a local process pool."""
+"""Command-line entries: run one config, or sweep one on any executor (local, Slurm, Ray)."""

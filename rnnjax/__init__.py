@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # the names as the type checker sees them; at run time ``__ge
   from rnnjax.combinators import bidirectional, init_stack, stack
   from rnnjax.convert import elman_from_torch, elman_to_torch
   from rnnjax.diagnostics import (gradient_norm_profile, growth_rate, jacobian_product_norms,
-                                  norm_table, state_gradients)
+                                  state_gradients)
   from rnnjax.evaluation import cross_entropy, perplexity
   from rnnjax.fused import checkpointed_elman_layer, elman_layer, elman_layer_with
   from rnnjax.gradient_tables import gradient_norm_table
@@ -62,7 +62,7 @@ _NAMES = {  # name -> the module that defines it
     **dict.fromkeys(('spectral_radius', 'gaussian_at_radius', 'orthogonal_at_radius'),
                     'initializers'),
     **dict.fromkeys(('state_gradients', 'gradient_norm_profile', 'jacobian_product_norms',
-                     'growth_rate', 'norm_table'), 'diagnostics'),
+                     'growth_rate'), 'diagnostics'),
     'gradient_norm_table': 'gradient_tables',
     **dict.fromkeys(('lyapunov_spectrum', 'flossing_loss'), 'lyapunov'),
     **dict.fromkeys(('omega', 'omega_penalty'), 'regularizers'),

@@ -18,7 +18,7 @@ reads whichever of ``b`` and ``b_hh`` its params hold.
 
 Every cell computes in its params' floating dtype: ``x`` and the carry are
 cast to it and the new carry comes back in it (the rule of every path,
-``recurrence.in_params_dtype``); every ``init_*`` takes the params'
+``dtypes.in_params_dtype``); every ``init_*`` takes the params'
 ``dtype``. Each cell has a ``zero_state(params, batch_size)`` attribute, the
 zero carry in the params' dtype, which the recurrences use where no initial
 state is given (``recurrence.zero_state``). ``elman(activation)`` is a
@@ -48,8 +48,8 @@ from jax.typing import ArrayLike, DTypeLike
 import jax.numpy as jnp
 import numpy as np
 
+from rnnjax import dtypes
 from rnnjax import initializers
-from rnnjax import recurrence
 
 __all__ = [
     'ACTIVATIONS', 'Activation', 'ElmanCell', 'Params', 'RECURRENT_INITS',
@@ -77,7 +77,7 @@ _Cell = TypeVar('_Cell', bound=Callable[..., Any])
 def _zeros(params: Params, batch_size: int, weight: str) -> jax.Array:
   """``[B, H]`` zeros in the params' dtype (float32 for params without a float), H the rows
   of ``params[weight]``."""
-  dtype = recurrence.compute_dtype(params) or jnp.dtype(jnp.float32)
+  dtype = dtypes.compute_dtype(params) or jnp.dtype(jnp.float32)
   return jnp.zeros((batch_size, jnp.shape(params[weight])[0]), dtype)
 
 
@@ -180,10 +180,10 @@ def check_step(name: str, params: Params, carry: Any, x_shape: tuple[int, ...],
 
 
 def _in_params_dtype(params: Params, x: ArrayLike, carry: Any) -> tuple[jax.Array, Any]:
-  """``(x, carry)`` cast to the params' dtype (``recurrence.in_params_dtype``), after
+  """``(x, carry)`` cast to the params' dtype (``dtypes.in_params_dtype``), after
   checking that ``x`` is floating."""
-  recurrence.check_floating('inputs', x)
-  return recurrence.in_params_dtype(params, (x, carry))
+  dtypes.check_floating('inputs', x)
+  return dtypes.in_params_dtype(params, (x, carry))
 
 
 @_carrying(lambda params, batch_size: _zeros(params, batch_size, 'W_hh'))

@@ -39,6 +39,7 @@ import jax.numpy as jnp
 from jax.typing import DTypeLike
 
 from rnnjax import cells
+from rnnjax import dtypes
 from rnnjax import fused
 from rnnjax import recurrence
 
@@ -178,7 +179,7 @@ def bidirectional(layer: Layer, params: Sequence[Any], inputs: jax.Array,
     ValueError: for params of two floating dtypes, or as the layer
       (``recurrence.scan``, ``fused.elman_layer``).
   """
-  recurrence.compute_dtype(params)  # both directions compute in one dtype
+  dtypes.compute_dtype(params)  # both directions compute in one dtype
   outputs, finals = [], []
   for direction, direction_params in enumerate(params):
     state = jax.tree_util.tree_map(lambda s, k=direction: s[k], initial_state)
@@ -232,10 +233,10 @@ def stack(layer: Layer, params: Sequence[Sequence[Any]], inputs: jax.Array,
   if not params or len(directions) != 1 or directions - {1, 2}:
     raise ValueError(f'params: expected a non-empty list over layers of lists of 1 or 2 '
                      f'directions, got directions {[len(p) for p in params]}')
-  recurrence.compute_dtype(params)  # one floating dtype, or a ValueError naming params
+  dtypes.compute_dtype(params)  # one floating dtype, or a ValueError naming params
   if jnp.ndim(inputs) != 3:
     raise ValueError(f'inputs: expected rank 3 [B, T, d], got shape {jnp.shape(inputs)}')
-  recurrence.check_floating('inputs', inputs)
+  dtypes.check_floating('inputs', inputs)
   if _input_size(params[0][0]) not in (None, inputs.shape[-1]):
     raise ValueError(f'inputs: expected d = {_input_size(params[0][0])} features (the first '
                      f'layer\'s input size), got shape {inputs.shape}')

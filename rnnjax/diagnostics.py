@@ -25,12 +25,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from rnnjax import cells
+from rnnjax import dtypes
 from rnnjax import norms as norms_
 from rnnjax import recurrence
 
 __all__ = ['PROFILE_DISTANCES', 'state_gradients', 'profile_distances', 'gradient_norm_profile',
            'Probe', 'profile', 'recurrent_matrix', 'largest_singular_value',
-           'jacobian_product_norms', 'growth_rate', 'norm_table']
+           'jacobian_product_norms', 'growth_rate']
 
 PROFILE_DISTANCES = (1, 2, 5, 10, 20, 40)
 
@@ -44,7 +45,7 @@ def state_gradients(cell: Callable, params: Any, inputs: jax.typing.ArrayLike,
   A zero perturbation e_t is added to each state inside the scan
   (h_t <- cell(h_{t-1}, x_t) + e_t) and the gradient is taken with respect to
   e: dL/de_t = dL/dh_t, the total derivative through all later steps. The
-  computation runs in the params' dtype (``recurrence.in_params_dtype``):
+  computation runs in the params' dtype (``dtypes.in_params_dtype``):
   inputs, initial state, states and the perturbation.
 
   Args:
@@ -80,7 +81,7 @@ def state_gradients(cell: Callable, params: Any, inputs: jax.typing.ArrayLike,
     raise ValueError(f'initial_state: expected one [B, H] array, got shape '
                      f'{jnp.shape(initial_state)}')
   recurrence.check_inputs(inputs, initial_state, lengths)
-  sequences, start = recurrence.in_params_dtype(
+  sequences, start = dtypes.in_params_dtype(
       params, (jnp.asarray(inputs), jnp.asarray(initial_state)))
   inputs, initial_state = jnp.asarray(sequences), jnp.asarray(start)
   inputs = recurrence.zero_padding(inputs, recurrence.as_lengths(lengths, inputs.shape[1]))
@@ -325,41 +326,3 @@ def growth_rate(ratios: jax.typing.ArrayLike, distances: Any) -> jax.Array:
     raise ValueError(f'ratios: expected a last axis of len(distances) = {len(distances)}, got '
                      f'shape {jnp.shape(ratios)}')
   return jnp.asarray(ratios) ** (1.0 / jnp.asarray(distances, jnp.float32))
-
-
-def norm_table(row_name: str, rows: dict, columns: Any) -> tuple[str, str]:
-  """A gradient-norm table as Markdown and as CSV text.
-
-  Args:
-    row_name: header of the first column (e.g. 'spectral_radius').
-    rows: ``{row label: {column label: value}}``, each value a scalar (a
-      Python, numpy or 0-d JAX number) or None; a missing value is '-'.
-    columns: column labels in order (e.g. distances).
-
-  Returns:
-    ``(markdown, csv)`` strings; floats (Python, numpy or 0-d JAX) in the
-    Markdown as 3 significant digits in scientific notation, in the CSV as
-    the shortest repr in their own dtype; ints as ints.
-  """
-  def markdown_cell(v: Any) -> str:
-    if v is None:
-      return '-'
-    kind = np.asarray(v).dtype.kind if np.ndim(v) == 0 else ''
-    return f'{float(v):.2e}' if kind == 'f' else str(int(v)) if kind in 'iu' else str(v)
-
-  def csv_cell(v: Any) -> str:
-    if v is None:
-      return ''
-    kind = np.asarray(v).dtype.kind if np.ndim(v) == 0 else ''
-    if kind == 'f':  # numpy's shortest repr of the value in its own dtype: 0.1, not 0.10000000149
-      return repr(v) if isinstance(v, float) else str(np.asarray(v)[()])
-    return str(int(v)) if kind in 'iu' else repr(v)
-
-  header = [row_name] + [str(c) for c in columns]
-  markdown = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
-  csv_lines = [','.join(header)]
-  for label, values in rows.items():
-    cells = [values.get(c) for c in columns]
-    markdown.append('| ' + ' | '.join([str(label)] + [markdown_cell(v) for v in cells]) + ' |')
-    csv_lines.append(','.join([str(label)] + [csv_cell(v) for v in cells]))
-  return '\n'.join(markdown) + '\n', '\n'.join(csv_lines) + '\n'

@@ -63,6 +63,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rnnjax import cells
+from rnnjax import dtypes
 from rnnjax import recurrence
 
 __all__ = ['ElmanLayer', 'checkpointed_elman_layer', 'elman_layer', 'elman_layer_with']
@@ -264,11 +265,11 @@ def _checked(params: cells.Params, batch_major: Any, initial_state: Any,
                        f'{hidden_size}, got shape {batch_major.shape}')
     step_shape = (batch_major.shape[0], jnp.shape(params['W_xh'])[0])
   cells.check_step('elman', params, initial_state, step_shape, ('W_xh', 'W_hh'))
-  dtype = recurrence.compute_dtype(params)
+  dtype = dtypes.compute_dtype(params)
   if not jnp.issubdtype(jnp.result_type(initial_state), jnp.inexact):
     raise ValueError(f'initial_state: expected a floating [B, H] array (cast to the params\' '
                      f'{dtype}), got {jnp.result_type(initial_state)}')
-  return (recurrence.cast_floating(initial_state, dtype),
+  return (dtypes.cast_floating(initial_state, dtype),
           recurrence.as_lengths(lengths, batch_major.shape[1]), dtype)
 
 
@@ -340,7 +341,7 @@ def elman_layer(params: cells.Params, inputs: jax.Array, initial_state: jax.Arra
     return jnp.zeros((0, batch, hidden) if time_major else (batch, 0, hidden),
                      initial_state.dtype), initial_state
   axis = 0 if time_major and not reverse else 1  # work in the layout given, no transposes
-  source = recurrence.cast_floating(inputs if axis == 0 else batch_major, dtype)
+  source = dtypes.cast_floating(inputs if axis == 0 else batch_major, dtype)
   source = recurrence.zero_padding(source, lengths, axis)  # the "double where"'s first half
   if reverse:
     source = recurrence.reverse_within_lengths(source, lengths)
@@ -401,7 +402,7 @@ def checkpointed_elman_layer(params: cells.Params, inputs: jax.Array,
     through time".
   """
   initial_state, _, dtype = _checked(params, inputs, initial_state, None, activation)
-  inputs = recurrence.cast_floating(inputs, dtype)
+  inputs = dtypes.cast_floating(inputs, dtype)
   batch, steps, input_size = inputs.shape
   if segment_length is None:
     segment_length = max([s for s in range(1, math.isqrt(steps) + 1) if steps % s == 0] or [1])

@@ -209,8 +209,7 @@ def gradient_norm_table(radii: Sequence[float] | None = None,
       ``jax.enable_x64``: ratios below float32's 1.2e-38 stay measurable).
 
   Returns:
-    ``{rho: {k: ratio}}``, each ratio a scalar (Python floats; format it with
-    ``diagnostics.norm_table``); a 'network' row also holds
+    ``{rho: {k: ratio}}``, each ratio a scalar (Python floats); a 'network' row also holds
     ``'measured_spectral_radius'``, its W_hh's (float32, on the host).
 
   Raises:

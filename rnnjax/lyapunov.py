@@ -52,6 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from rnnjax import dtypes
 from rnnjax import recurrence
 
 __all__ = ['lyapunov_spectrum', 'flossing_loss']
@@ -96,7 +97,7 @@ def lyapunov_spectrum(cell: Cell, params: Any, inputs: jax.typing.ArrayLike,
       ``(h, c)``), flattened to n numbers per sequence.
     params: the cell's params. The computation runs in their floating dtype,
       float32 for bfloat16 and float16 params (their values, exactly: the QR
-      decompositions need at least float32; ``recurrence.precise_dtype``).
+      decompositions need at least float32; ``dtypes.precise_dtype``).
     inputs: ``<float>[B, T, d]``.
     initial_state: the carry at step 0, leaves ``[B, ...]``; None (default):
       zeros (``recurrence.zero_state``).
@@ -143,11 +144,11 @@ def lyapunov_spectrum(cell: Cell, params: Any, inputs: jax.typing.ArrayLike,
   """
   initial_state = recurrence.with_initial_state(cell, params, inputs, initial_state)
   recurrence.check_inputs(inputs, initial_state, lengths)
-  given = recurrence.compute_dtype(params) or jnp.dtype(jnp.float32)
-  dtype = recurrence.precise_dtype(given)
-  params = recurrence.cast_floating(params, dtype)
+  given = dtypes.compute_dtype(params) or jnp.dtype(jnp.float32)
+  dtype = dtypes.precise_dtype(given)
+  params = dtypes.cast_floating(params, dtype)
   sequences: jax.Array
-  sequences, initial_state = recurrence.cast_floating((jnp.asarray(inputs), initial_state), dtype)
+  sequences, initial_state = dtypes.cast_floating((jnp.asarray(inputs), initial_state), dtype)
   recurrence.check_carry(cell, params, sequences, initial_state)
   batch, steps = sequences.shape[:2]
   one_carry = jax.tree_util.tree_map(lambda leaf: leaf[:1], initial_state)

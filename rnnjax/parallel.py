@@ -119,6 +119,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rnnjax import cells
+from rnnjax import dtypes
 from rnnjax import recurrence
 
 METHODS = ('deer', 'quasi', 'elk', 'quasi_elk')
@@ -526,7 +527,7 @@ def elman_deer(params: dict, inputs: jax.typing.ArrayLike,
 
   The solve runs in the params' dtype, and in float32 for bfloat16 and
   float16 params (their values, exactly: Newton's method and its
-  certificate need the precision; ``recurrence.precise_dtype``); states come
+  certificate need the precision; ``dtypes.precise_dtype``); states come
   back in the params' dtype.
 
   Args:
@@ -596,9 +597,9 @@ def elman_deer(params: dict, inputs: jax.typing.ArrayLike,
   inputs = jnp.asarray(inputs)
   batch, steps, _ = inputs.shape
   cells.check_step('elman', params, initial_state, (batch, inputs.shape[-1]), ('W_xh', 'W_hh'))
-  given = recurrence.compute_dtype(params) or jnp.dtype(jnp.float32)
-  dtype = recurrence.precise_dtype(given)  # the solve's
-  params, inputs, initial_state = recurrence.cast_floating(
+  given = dtypes.compute_dtype(params) or jnp.dtype(jnp.float32)
+  dtype = dtypes.precise_dtype(given)  # the solve's
+  params, inputs, initial_state = dtypes.cast_floating(
       (params, inputs, jnp.asarray(initial_state)), dtype)
   inputs, initial_state = jnp.asarray(inputs), jnp.asarray(initial_state)
   tolerance = 1e-5 if tolerance is None else tolerance

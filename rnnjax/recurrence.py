@@ -10,14 +10,14 @@ The input rules below hold for every recurrent path of the package (``scan``,
 ``rnnjax.models``, ``rnnjax.seq2seq``); each is checked before any work:
 
 - dtype: a path computes in the one floating dtype of its params
-  (``compute_dtype``; ``in_params_dtype`` casts): floating inputs and
+  (``dtypes.compute_dtype``; ``dtypes.in_params_dtype`` casts): floating inputs and
   initial-state leaves are cast to it, outputs and final states come back in
   it, and gradients with respect to inputs and initial state come back in
   the dtypes those were given in. Params of two floating dtypes are a
   ValueError. Mixed precision is chosen by casting the params (bfloat16
   params compute in bfloat16 whatever the state's dtype). A diagnostic that
   needs more precision than the params' dtype (a QR, a convergence test)
-  computes in ``precise_dtype`` internally and returns in the params' dtype.
+  computes in ``dtypes.precise_dtype`` internally and returns in the params' dtype.
 - initial state: None (the default everywhere a state is taken) is zeros of
   the carry the cell returns, in the params' dtype (``zero_state``).
 - lengths: ``<int>[B]`` in [0, T], as an array or a list (values checked
@@ -52,8 +52,9 @@ from jax.typing import ArrayLike
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ['broadcast_state', 'compute_dtype', 'in_params_dtype', 'precise_dtype',
-           'reverse_within_lengths', 'scan', 'truncated_scan', 'zero_state']
+from rnnjax import dtypes
+
+__all__ = ['broadcast_state', 'reverse_within_lengths', 'scan', 'truncated_scan', 'zero_state']
 
 PyTree = Any
 """A pytree of arrays: params, a carry (one array, an ``(h, c)`` pair), gradients."""
@@ -63,71 +64,6 @@ Cell = Callable[[Any, Any, jax.Array], tuple[Any, Any]]
 
 Lengths = ArrayLike | Sequence[int] | None
 """``<int>[B]`` true lengths, an array or a list; None: every sequence is T steps."""
-
-
-def compute_dtype(params: PyTree) -> np.dtype | None:
-  """The floating dtype of ``params``, in which every path computes.
-
-  Args:
-    params: a pytree of arrays (a cell's params, a stack's, a model's).
-
-  Returns:
-    the one floating dtype of its leaves, or None when it has no floating leaf.
-
-  Raises:
-    ValueError: naming ``params`` if its floating leaves have different dtypes.
-  """
-  dtypes = {jnp.result_type(leaf) for leaf in jax.tree_util.tree_leaves(params)}
-  floating = sorted({str(d) for d in dtypes if jnp.issubdtype(d, jnp.inexact)})
-  if len(floating) > 1:
-    raise ValueError(f'params: expected one floating dtype for all params (the dtype the '
-                     f'recurrence computes in), got {floating}')
-  return jnp.dtype(floating[0]) if floating else None
-
-
-def in_params_dtype(params: PyTree, tree: PyTree) -> PyTree:
-  """``tree`` (inputs, a state, any pytree) with each floating leaf cast to the params' dtype:
-  the dtype rule of every path (module docstring), in one place.
-
-  Args:
-    params: a pytree of arrays; their one floating dtype (``compute_dtype``) decides.
-    tree: a pytree of arrays (or array-likes); integer and boolean leaves are kept.
-
-  Returns:
-    ``tree``, floating leaves in the params' dtype (unchanged if params hold no float).
-
-  Raises:
-    ValueError: naming ``params`` if its floating leaves have different dtypes.
-  """
-  return cast_floating(tree, compute_dtype(params))
-
-
-def precise_dtype(dtype: Any) -> np.dtype:
-  """The dtype a diagnostic computes in for params of ``dtype``: float32 for the half
-  precisions (bfloat16, float16; XLA's QR and eigen solvers take none of them, and their
-  8 or 11 bits cannot resolve a convergence test), ``dtype`` itself otherwise (float32,
-  float64)."""
-  dtype = jnp.dtype(dtype)
-  return jnp.dtype(jnp.float32) if jnp.finfo(dtype).bits < 32 else dtype
-
-
-def cast_floating(tree: PyTree, dtype: Any) -> PyTree:
-  """``tree`` with each floating leaf cast to ``dtype`` (None: ``tree`` unchanged)."""
-  if dtype is None:
-    return tree
-  cast = lambda leaf: leaf.astype(dtype) if jnp.issubdtype(leaf.dtype, jnp.inexact) else leaf
-  return jax.tree_util.tree_map(lambda leaf: cast(jnp.asarray(leaf)), tree)
-
-
-def check_floating(name: str, value: ArrayLike) -> None:
-  """Raises a ValueError naming ``name`` and its dtype unless ``value`` is floating.
-
-  Token ids (ints) or booleans on a float path would otherwise be cast without a word.
-  """
-  dtype = jnp.result_type(value)
-  if not jnp.issubdtype(dtype, jnp.inexact):
-    raise ValueError(f'{name}: expected a floating dtype (token ids need an embedding or '
-                     f'jax.nn.one_hot first), got {dtype}')
 
 
 def check_inputs(inputs: Any, initial_state: PyTree, lengths: Lengths) -> None:
@@ -142,7 +78,7 @@ def check_inputs(inputs: Any, initial_state: PyTree, lengths: Lengths) -> None:
     raise ValueError(f'inputs: expected an array [B, T, d], got {type(inputs).__name__}')
   if inputs.ndim != 3:
     raise ValueError(f'inputs: expected rank 3 [B, T, d], got shape {inputs.shape}')
-  check_floating('inputs', inputs)
+  dtypes.check_floating('inputs', inputs)
   batch, steps = inputs.shape[:2]
   for leaf in jax.tree_util.tree_leaves(initial_state):
     if leaf.ndim < 1 or leaf.shape[0] != batch:
@@ -366,7 +302,7 @@ def scan(cell: Cell, params: PyTree, inputs: jax.Array, initial_state: PyTree = 
   initial_state = with_initial_state(cell, params, inputs, initial_state)
   initial_state = broadcast_state(cell, params, inputs, initial_state)
   check_inputs(inputs, initial_state, lengths)
-  inputs, initial_state = in_params_dtype(params, (inputs, initial_state))
+  inputs, initial_state = dtypes.in_params_dtype(params, (inputs, initial_state))
   check_carry(cell, params, inputs, initial_state)
   lengths = as_lengths(lengths, inputs.shape[1])
   inputs = zero_padding(inputs, lengths)
@@ -428,7 +364,7 @@ def truncated_scan(cell: Cell, params: PyTree, inputs: jax.Array, initial_state:
   initial_state = with_initial_state(cell, params, inputs, initial_state)
   initial_state = broadcast_state(cell, params, inputs, initial_state)
   check_inputs(inputs, initial_state, None)
-  inputs, initial_state = in_params_dtype(params, (inputs, initial_state))
+  inputs, initial_state = dtypes.in_params_dtype(params, (inputs, initial_state))
   check_carry(cell, params, inputs, initial_state)
   batch, steps = inputs.shape[:2]
   full = steps // truncation * truncation  # steps in full windows

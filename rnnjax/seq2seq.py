@@ -43,7 +43,7 @@ import optax
 
 from rnnjax import cells
 from rnnjax import combinators
-from rnnjax import recurrence
+from rnnjax import dtypes
 from rnnjax import sampling
 from rnnjax.data import batching
 
@@ -124,7 +124,7 @@ def _check_ids(name: str, ids: Any, params: Params) -> None:
     ValueError: naming ``name`` (rank, dtype, range, a real id after a PAD) or
       ``params`` (two floating dtypes).
   """
-  recurrence.compute_dtype(params)
+  dtypes.compute_dtype(params)
   if jnp.ndim(ids) != 2:
     raise ValueError(f'{name}: expected rank 2 [B, steps] ids, got shape {jnp.shape(ids)}')
   batching.check_ids(name, ids, params['embedding'].shape[0])

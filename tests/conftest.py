@@ -28,6 +28,20 @@ def shared_data_dir():
 
 
 @pytest.fixture
+def trained_char_lm(tmp_path, shared_data_dir):
+  """The folder of a char_lm run of H = 16 trained 2 steps (``launch.run``), whose cell the
+  measurements of a trained network read."""
+  import subprocess
+  import sys
+  folder = tmp_path / 'char_lm'
+  subprocess.run([sys.executable, '-m', 'launch.run', '--config=experiments/configs/char_lm.py',
+                  f'--workdir={folder}', '--config.steps=2', '--config.hidden_size=16',
+                  '--config.embedding_size=8', '--config.batch_size=4', '--config.truncation=16',
+                  '--config.sample_length=3'], capture_output=True, check=True)
+  return folder
+
+
+@pytest.fixture
 def tmpfs_disk(tmp_path):
   """``tmpfs_disk(size)``: a real tmpfs of ``size`` (e.g. '64k') mounted at
   ``tmp_path / 'disk'``, unmounted after the test (lazily: a test's writer may still

@@ -12,7 +12,6 @@ from experiments import classify
 from experiments import language_tasks as tasks
 from experiments.configs import classify as classify_config
 from rnnjax import combinators
-from rnnjax import models
 from rnnjax.data import classification
 from rnnjax.data import corpora
 from rnnjax.train import experiment
@@ -22,7 +21,7 @@ from rnnjax.train import trainer
 
 V, E, H = 12, 5, 7
 # one compile a shape
-features = jax.jit(models.text_features, static_argnames=('cell', 'last_state'))
+features = jax.jit(classify.text_features, static_argnames=('cell', 'last_state'))
 
 
 @pytest.fixture
@@ -80,7 +79,7 @@ def padded_batch(key, lengths, steps):
 @pytest.mark.parametrize('cell', ['elman', 'gru', 'lstm'])
 @pytest.mark.parametrize('bidirectional', [False, True])
 def test_true_last_state_is_the_state_of_each_text_alone(key, cell, bidirectional):
-  params = models.init_text_classifier(key, cell, V, 3, E, H, bidirectional=bidirectional)
+  params = classify.init_text_classifier(key, cell, V, 3, E, H, bidirectional=bidirectional)
   lengths = np.array([5, 1, 8, 3], np.int32)
   ids = padded_batch(jax.random.key(1), lengths, 8)
   true = features(params, ids, lengths, cell, 'true')
@@ -99,12 +98,12 @@ def test_true_last_state_is_the_state_of_each_text_alone(key, cell, bidirectiona
 
 @pytest.mark.parametrize('last_state', ['true', 'padded_end'])
 def test_batch_permutation_permutes_the_logits(key, last_state):
-  params = models.init_text_classifier(key, 'gru', V, 3, E, H, bidirectional=True)
+  params = classify.init_text_classifier(key, 'gru', V, 3, E, H, bidirectional=True)
   lengths = np.array([5, 1, 8, 3, 6], np.int32)
   ids = padded_batch(jax.random.key(2), lengths, 8)
-  scores = models.text_logits(params, ids, lengths, 'gru', last_state)
+  scores = classify.text_logits(params, ids, lengths, 'gru', last_state)
   order = np.array([3, 0, 4, 1, 2])
-  np.testing.assert_allclose(models.text_logits(params, ids[order], lengths[order], 'gru',
+  np.testing.assert_allclose(classify.text_logits(params, ids[order], lengths[order], 'gru',
                                                 last_state), scores[order], atol=1e-6)
   assert np.abs(np.asarray(scores[1:] - scores[:-1])).min() > 1e-4  # rows do differ
 
@@ -128,14 +127,14 @@ def test_training_on_a_separable_task_reaches_high_accuracy():
   ids[:, 0] = labels + 2
   ids[np.arange(12)[None, :] >= lengths[:, None]] = classification.PAD_ID
   def loss(params, carry, batch, key):
-    scores = models.text_logits(params, batch['ids'], batch['lengths'], 'gru', 'true')
+    scores = classify.text_logits(params, batch['ids'], batch['lengths'], 'gru', 'true')
     return optax.softmax_cross_entropy_with_integer_labels(scores, batch['labels']).mean(), carry
 
   def batch(step):
     chosen = tasks.batch_indices(512, 32, 0, step)
     return {'ids': ids[chosen], 'lengths': lengths[chosen], 'labels': labels[chosen]}
 
-  task = trainer.Task(init=lambda c, k: models.init_text_classifier(k, 'gru', 16, 4, 8, 16),
+  task = trainer.Task(init=lambda c, k: classify.init_text_classifier(k, 'gru', 16, 4, 8, 16),
                       loss=loss, batch=batch)
   config = ml_collections.ConfigDict({name: field.default for name, field
                                       in experiment.TRAINER_FIELDS.items()})
@@ -192,12 +191,12 @@ def test_run_writes_the_summary_and_the_diagnostics(classification_data_dir, tmp
 def test_the_probe_differentiates_the_first_layer_states(key):
   """The probe's loss of the first layer's forward states equals the model's loss."""
   for bidirectional, layers in ((False, 1), (True, 2)):
-    params = models.init_text_classifier(key, 'gru', V, 3, E, H, layers, bidirectional)
+    params = classify.init_text_classifier(key, 'gru', V, 3, E, H, layers, bidirectional)
     lengths = np.array([5, 1, 8, 3], np.int32)
     ids = padded_batch(jax.random.key(1), lengths, 8)
     states, _ = combinators.layer_for('gru')(
         params['recurrence'][0][0], params['embedding'][ids], np.zeros((4, H), np.float32),
         lengths)
     np.testing.assert_allclose(
-        models.text_logits(params, ids, lengths, 'gru', 'true', first_states=states),
-        models.text_logits(params, ids, lengths, 'gru', 'true'), atol=1e-6)
+        classify.text_logits(params, ids, lengths, 'gru', 'true', first_states=states),
+        classify.text_logits(params, ids, lengths, 'gru', 'true'), atol=1e-6)

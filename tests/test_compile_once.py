@@ -15,7 +15,6 @@ import pytest
 from rnnjax import cells
 from rnnjax import combinators
 from rnnjax import convert
-from rnnjax import counts
 from rnnjax import evaluation
 from rnnjax import fused
 from rnnjax import initializers
@@ -25,8 +24,8 @@ from rnnjax import sampling
 from rnnjax import seq2seq
 from rnnjax.data import batching, classification, corpora, subwords, synthetic, text
 
-MODULES = [cells, combinators, convert, counts, evaluation, fused, initializers, recurrence,
-           sampling, seq2seq, batching, classification, corpora, subwords, synthetic, text]
+MODULES = [cells, combinators, convert, evaluation, fused, initializers, recurrence, sampling,
+           seq2seq, batching, classification, corpora, subwords, synthetic, text]
 V, H = 11, 8
 
 

@@ -21,10 +21,10 @@ import jax
 import numpy as np
 import pytest
 
-from rnnjax.train import devices
 from rnnjax.train import checkpoints
-from rnnjax.train import folder as run_folder
+from rnnjax.train import devices
 from rnnjax.train import records
+from rnnjax.train import run_folder
 
 pytestmark = pytest.mark.slow
 ROOT = pathlib.Path(__file__).resolve().parent.parent

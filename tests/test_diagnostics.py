@@ -120,13 +120,9 @@ def test_jacobian_product_matches_autodiff(key):
                                              rel=1e-5)
 
 
-def test_growth_rate_and_table():
+def test_growth_rate():
   rates = diagnostics.growth_rate(jnp.asarray([0.5 ** 2, 0.5 ** 10]), (2, 10))
   np.testing.assert_allclose(rates, [0.5, 0.5], rtol=1e-6)
-  markdown, csv = diagnostics.norm_table('spectral_radius', {0.7: {20: 8.05e-05, 40: 1.4e-08}},
-                                         (20, 40, 60))
-  assert markdown.splitlines()[2] == '| 0.7 | 8.05e-05 | 1.40e-08 | - |'
-  assert csv.splitlines() == ['spectral_radius,20,40,60', '0.7,8.05e-05,1.4e-08,']
 
 
 def test_distances_outside_the_sequence_are_named(key):
@@ -179,10 +175,6 @@ def test_profile_and_table_arguments_are_checked(key):
   with pytest.raises(ValueError, match=r'initial_state: expected one \[B, H\] array'):
     diagnostics.state_gradients(cells.elman('tanh'), cells.init_elman(key, 3, 4), jnp.zeros(
         (2, 6, 3)), jnp.zeros((4,)), jnp.sum)
-  markdown, csv = diagnostics.norm_table('rho', {0.5: {1: np.float32(0.1), 2: jnp.float32(3.0),
-                                                       5: np.int64(7)}}, (1, 2, 5))
-  assert markdown.splitlines()[2] == '| 0.5 | 1.00e-01 | 3.00e+00 | 7 |'
-  assert csv.splitlines()[1] == '0.5,0.1,3.0,7'
 
 
 def test_small_arguments_of_the_diagnostics_are_checked():

@@ -15,9 +15,9 @@ import pytest
 
 from experiments import char_lm
 from rnnjax.train import checkpoints
-from rnnjax.train import folder as run_folder
 from rnnjax.train import plan
 from rnnjax.train import records
+from rnnjax.train import run_folder
 
 CHAR_LM = ['--config=experiments/configs/char_lm.py', '--config.hidden_size=24',
            '--config.embedding_size=8', '--config.batch_size=8', '--config.truncation=16',

@@ -51,13 +51,8 @@ def test_the_slope_is_fitted_over_the_converged_lengths():
   assert math.isnan(parallel_in_time.slope((16, 32, 64), (5, math.inf, math.inf)))
 
 
-def test_a_sweep_with_a_trained_network(tmp_path, shared_data_dir):
-  run_dir = tmp_path / 'char_lm'
-  subprocess.run([sys.executable, '-m', 'launch.run',
-                  '--config=experiments/configs/char_lm.py', f'--workdir={run_dir}',
-                  '--config.steps=2', '--config.hidden_size=16', '--config.embedding_size=8',
-                  '--config.batch_size=4', '--config.truncation=16', '--config.sample_length=3'],
-                 capture_output=True, check=True)
+def test_a_sweep_with_a_trained_network(tmp_path, trained_char_lm):
+  run_dir = trained_char_lm
   config = tmp_path / 'small.py'
   config.write_text(CONFIG.replace('TRAINED', str(run_dir)))
   result = subprocess.run([sys.executable, '-m', 'launch.sweep', f'--config={config}',

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 from rnnjax import cells
-from rnnjax import counts
 from rnnjax import models
 from rnnjax import recurrence
+
+import counts
 
 
 def scalar_linear(w):

@@ -77,17 +77,17 @@ def test_one_job_through_each_executor_gives_the_same_result_file(tmp_path, shar
   config = char_lm.EXPERIMENT.config(hidden_size=8, embedding_size=4, batch_size=4,
                                      truncation=8, steps=20, log_every=10, sample_length=5)
   results = {}
-  for name, executor in (('local', executors.Local(1, 1, tmp_path / 'local' / '.jobs')),
-                         ('slurm', executors.Slurm(tmp_path / 'slurm', {
-                             'slurm_partition': 'debug', 'timeout_min': 10, 'mem_gb': 2},
-                             poll_seconds=1.0))):
+  for name, executor in (
+      ('local', executors.find('local')(executors.Settings(tmp_path / 'local' / '.jobs', 1, 1))),
+      ('slurm', executors.find('slurm')(executors.Settings(tmp_path / 'slurm', options={
+          'slurm_partition': 'debug', 'timeout_min': 10, 'mem_gb': 2}), poll_seconds=1.0))):
     job = {'id': '0', 'experiment': char_lm.EXPERIMENT.name, 'overwrite': 'none',
            'result': str(tmp_path / name / '0.result.json'),
            'runs': [{'folder': str(tmp_path / name / f'run{i}'),
                      'config': experiment.as_dict(experiment.override(config, {'seed': i}))}
                     for i in range(2)]}
     ended = []
-    executor.run([job], lambda job, result: ended.append(result))
+    executor.run([job], lambda job, result: ended.append(result), lambda job, step: None, print)
     results[name] = json.loads((tmp_path / name / '0.result.json').read_text())
     assert ended == [results[name]]
   for result in results.values():

@@ -211,9 +211,7 @@ def test_a_second_launcher_on_a_locked_sweep_exits_naming_the_holder(tmp_path,
   config = write_config(tmp_path, steps=100_000, radius=1.0)
   workdir = tmp_path / 'sweep'
   first = launch(config, workdir)
-  deadline = time.time() + 120
-  while not (workdir / '.lock').exists() and time.time() < deadline:
-    time.sleep(0.1)
+  wait_until(lambda: (workdir / '.lock').exists(), 120)
   time.sleep(1)
   code, _, errors = run_sweep(config, workdir)
   assert code == 1
@@ -229,10 +227,8 @@ def test_after_sigkill_of_the_launcher_a_relaunch_trains_no_run_twice(tmp_path,
   config = write_config(tmp_path, steps=3000, radius=1.0)
   workdir = tmp_path / 'sweep'
   first = launch(config, workdir)
-  deadline = time.time() + 300
-  while time.time() < deadline and not all(
-      len(metrics_steps(workdir / f'spectral_radius={r}')) >= 3 for r in (0.5, 1.5, 1.0)):
-    time.sleep(0.2)
+  wait_until(lambda: all(len(metrics_steps(workdir / f'spectral_radius={r}')) >= 3
+                         for r in (0.5, 1.5, 1.0)), 300)
   first.send_signal(signal.SIGKILL)
   first.communicate()
   time.sleep(1)  # the children get SIGKILL from the kernel as their parent dies
@@ -350,7 +346,7 @@ def test_a_worker_signalled_after_a_job_takes_no_other(tmp_path, shared_data_dir
 
 def test_a_job_handed_to_a_worker_that_ends_untaken_runs_on_a_new_one(tmp_path,
                                                                      shared_data_dir):
-  local = executors.Local(processes=1, threads=1, job_folder=tmp_path / 'jobs')
+  local = executors.find('local')(executors.Settings(tmp_path / 'jobs', 1, 1))
   start = local._worker
   stopping = subprocess.Popen([sys.executable, '-c', 'import sys; sys.stdin.readline(); '
                                'sys.exit(143)'], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -365,19 +361,24 @@ def test_a_job_handed_to_a_worker_that_ends_untaken_runs_on_a_new_one(tmp_path,
   local._worker = worker
   ends = []
   job = job_of(tmp_path, 'run')
-  local.run([job], lambda job, result: ends.append(result))
+  local.run([job], lambda job, result: ends.append(result), lambda job, step: None, print)
   assert [result['exit'] for result in ends] == ['ok']
   assert json.loads((tmp_path / 'run' / 'summary.json').read_text())['steps_done'] == 3
   assert (f'its process (pid {stopping.pid}) ended with exit status 143 before it took the '
           'job') in (tmp_path / 'run' / 'log.txt').read_text()
 
 
+def wait_until(condition, seconds, every=0.1):
+  """Until ``condition()`` holds, or ``seconds`` have passed."""
+  deadline = time.time() + seconds
+  while not condition() and time.time() < deadline:
+    time.sleep(every)
+
+
 def wait_for_training(workdir, runs, seconds=120):
   """Until ``runs`` run folders of the sweep have a metrics line: their workers took their
   jobs and train (a signal before that finds a run with nothing to checkpoint)."""
-  deadline = time.time() + seconds
-  while len(list(workdir.glob('*/metrics.jsonl'))) < runs and time.time() < deadline:
-    time.sleep(0.5)
+  wait_until(lambda: len(list(workdir.glob('*/metrics.jsonl'))) >= runs, seconds, 0.5)
 
 
 def test_interrupted_sweep_stops_its_runs_and_resumes(tmp_path, shared_data_dir):
@@ -626,13 +627,12 @@ def test_the_last_events_of_a_job_written_at_once_end_it_at_once(tmp_path, monke
                   '{"job": "0", "event": "ended"}\\n\'\nread more\n')
   fake.chmod(0o755)
   monkeypatch.setattr(sys, 'executable', str(fake))
-  local = executors.Local(processes=1, threads=1, job_folder=tmp_path / 'jobs',
-                          stall_seconds=2.0, grace_seconds=1.0)
+  local = executors.find('local')(executors.Settings(tmp_path / 'jobs', 1, 1, 2.0),
+                                  grace_seconds=1.0)
   said, ended = [], []
-  local.say = said.append
   job = {'id': '0', 'result': str(tmp_path / 'jobs' / '0.result.json'),
          'runs': [{'folder': str(tmp_path / 'run'), 'config': {}}]}
-  local.run([job], lambda job, result: ended.append(result))
+  local.run([job], lambda job, result: ended.append(result), lambda job, step: None, said.append)
   assert said == [] and len(ended) == 1
 
 

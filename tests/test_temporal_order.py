@@ -18,17 +18,16 @@ from rnnjax import cells
 from rnnjax import diagnostics
 from rnnjax import evaluation
 from rnnjax import fused
-from rnnjax import models
 from rnnjax import regularizers
 from rnnjax.data import synthetic
 from rnnjax.train import experiment
-from rnnjax.train import folder as run_folder
 from rnnjax.train import harness
 from rnnjax.train import records
+from rnnjax.train import run_folder
 from rnnjax.train import sweep
 
 TEMPORAL_ORDER = temporal_order.EXPERIMENT
-init_pascanu = jax.jit(models.init_pascanu, static_argnums=(1, 2, 3, 4))  # one compile a shape
+init_pascanu = jax.jit(temporal_order.init_pascanu, static_argnums=(1, 2, 3, 4))  # one compile a shape
 
 
 def tiny(**overrides):
@@ -80,7 +79,7 @@ def test_sweep_trains_all_seeds_and_inits_of_a_setting_as_one_group():
   for members in groups.values():
     assert len(members) == 10
     assert {(c.seed, c.init) for c in members} == {
-        (s, i) for s in range(5) for i in models.PASCANU_INITS}
+        (s, i) for s in range(5) for i in temporal_order.PASCANU_INITS}
     assert len({(c.length, c.method, c.clipping, c.omega_weight) for c in members}) == 1
   methods = {c.method: (c.clipping, c.omega_weight, c.learning_rate, c.batch_size,
                         c.hidden_size) for c in configs}
@@ -109,14 +108,14 @@ def test_omega_term_in_the_loss_has_the_gradient_of_omega_value_and_grad(key, mo
 
   @jax.jit
   def compute(params):
-    grad = lambda w: jax.value_and_grad(models.pascanu_loss)(params, inputs, targets, lengths,
+    grad = lambda w: jax.value_and_grad(temporal_order.pascanu_loss)(params, inputs, targets, lengths,
                                                              w)
     (plain, g_plain), (regularized, g_reg) = grad(0.0), grad(weight)
     initial = jnp.zeros((inputs.shape[0], 5))
-    last = lambda s: models.last_states(s, lengths)
+    last = lambda s: temporal_order.last_states(s, lengths)
     _, errors = diagnostics.state_gradients(
         cells.elman('tanh'), params['cell'], inputs, initial,
-        lambda s: models.pascanu_readout_loss(params, last(s), targets))
+        lambda s: temporal_order.pascanu_readout_loss(params, last(s), targets))
     omega, g_omega = regularizers.omega_value_and_grad(params['cell'], inputs, initial, errors,
                                                        lengths=lengths)
     return plain, g_plain, regularized, g_reg, omega, g_omega
@@ -134,17 +133,17 @@ def test_omega_term_in_the_loss_has_the_gradient_of_omega_value_and_grad(key, mo
 
 
 def test_test_errors_read_the_state_at_each_length(key):
-  """``models.pascanu_errors`` (a scan that keeps only the last state) counts the
+  """``temporal_order.pascanu_errors`` (a scan that keeps only the last state) counts the
   errors of the fused layer's final state, and of each sequence run alone."""
   params = init_pascanu(key, 'basic_tanh', 6, 8, 4)
   params['W_out'] = 30.0 * params['W_out']  # class scores that depend on the state
   inputs, targets = synthetic.temporal_order_pascanu(jax.random.key(5), 64, 16)
   lengths = jnp.asarray(np.random.default_rng(0).integers(10, 17, 64), jnp.int32)
-  errors = float(jax.jit(models.pascanu_errors)(params, inputs, targets, lengths))
+  errors = float(jax.jit(temporal_order.pascanu_errors)(params, inputs, targets, lengths))
   _, last = fused.elman_layer(params['cell'], inputs, jnp.zeros((64, 8)), lengths)
   wrong = np.argmax(last @ params['W_out'] + params['b_out'], -1) != np.asarray(targets)
   assert errors == wrong.sum() and 5 <= errors <= 59  # neither none nor all
-  alone = [float(models.pascanu_errors(params, inputs[i:i + 1, :int(lengths[i])], targets[i:i + 1]))
+  alone = [float(temporal_order.pascanu_errors(params, inputs[i:i + 1, :int(lengths[i])], targets[i:i + 1]))
            for i in range(0, 64, 8)]
   np.testing.assert_array_equal(alone, wrong[::8])
 

@@ -17,9 +17,9 @@ from rnnjax import models
 from rnnjax.data import text
 from rnnjax.train import checkpoints
 from rnnjax.train import experiment
-from rnnjax.train import folder as run_folder
 from rnnjax.train import harness
 from rnnjax.train import records
+from rnnjax.train import run_folder
 from rnnjax.train import trainer
 
 TRAINING = experiment.Experiment(name='test_trainer', task=None, fields={})
@@ -197,6 +197,24 @@ def test_the_compiled_programs_belong_to_the_caller():
   assert cached == []
 
 
+def cut_folder(tmp_path, run):
+  """The folder of a run to be interrupted, with its config.json."""
+  folder = tmp_path / 'cut' / 'run_0'
+  folder.mkdir(parents=True)
+  run_folder.write_json(folder / run_folder.CONFIG, run.to_dict())
+  return folder
+
+
+def assert_resumed_equals_whole(task, run, folder, whole, whole_records):
+  """The interrupted run in ``folder``, resumed to its end, has the final params and records of
+  the uninterrupted one."""
+  params, run_records, _ = trainer.train(task, [run], [folder])
+  for got, expected in zip(jax.tree_util.tree_leaves(params[0]),
+                           jax.tree_util.tree_leaves(whole[0])):
+    np.testing.assert_array_equal(got, expected)
+  assert run_records == whole_records
+
+
 def test_resume_after_an_interruption_equals_an_uninterrupted_run(stream, tmp_path):
   task = lm_task(stream, dropout_rate=0.3)
   run = config(steps=25, log_every=5, checkpoint_every=10, optimizer='adam', learning_rate=1e-2)
@@ -207,17 +225,11 @@ def test_resume_after_an_interruption_equals_an_uninterrupted_run(stream, tmp_pa
     calls.append(True)
     return len(calls) == 17
 
-  folder = tmp_path / 'cut' / 'run_0'
-  folder.mkdir(parents=True)
-  run_folder.write_json(folder / run_folder.CONFIG, run.to_dict())
+  folder = cut_folder(tmp_path, run)
   with pytest.raises(trainer.Interrupted, match='after step 17'):
     trainer.train(task, [run], [folder], stop_requested=stop_after_17)
   assert checkpoints.saved_steps(folder) == [10, 17]
-  params, run_records, _ = trainer.train(task, [run], [folder])
-  for got, expected in zip(jax.tree_util.tree_leaves(params[0]),
-                           jax.tree_util.tree_leaves(whole[0])):
-    np.testing.assert_array_equal(got, expected)
-  assert run_records == whole_records
+  assert_resumed_equals_whole(task, run, folder, whole, whole_records)
   assert (folder / 'metrics.jsonl').read_bytes() == (
       tmp_path / 'whole' / 'run_0' / 'metrics.jsonl').read_bytes()
   assert run_folder.read_json(folder / run_folder.DEVICES, list) == [
@@ -242,9 +254,7 @@ def test_a_damaged_checkpoint_is_named_and_the_older_one_used(stream, tmp_path, 
   task = lm_task(stream)
   run = config(steps=20, log_every=5, checkpoint_every=5, optimizer='adam', learning_rate=1e-2)
   whole, _, _ = train(task, [run], tmp_path / 'whole')
-  folder = tmp_path / 'cut' / 'run_0'
-  folder.mkdir(parents=True)
-  run_folder.write_json(folder / run_folder.CONFIG, run.to_dict())
+  folder = cut_folder(tmp_path, run)
   calls = []
   with pytest.raises(trainer.Interrupted):
     trainer.train(task, [run], [folder], stop_requested=lambda: calls.append(1) or len(calls) == 15)
@@ -499,17 +509,11 @@ def test_a_run_resumed_across_validation_checks_equals_an_uninterrupted_one(stre
                validate_every=4, plateau_decay=0.5, plateau_threshold=0.0)
   whole, whole_records, _ = train(task, [run], tmp_path / 'whole')
   calls = []
-  folder = tmp_path / 'cut' / 'run_0'
-  folder.mkdir(parents=True)
-  run_folder.write_json(folder / run_folder.CONFIG, run.to_dict())
+  folder = cut_folder(tmp_path, run)
   with pytest.raises(trainer.Interrupted):
     trainer.train(task, [run], [folder], stop_requested=lambda: calls.append(1) or len(calls) == 33)
   assert checkpoints.saved_steps(folder) == [30, 33]
-  params, run_records, _ = trainer.train(task, [run], [folder])
-  for got, expected in zip(jax.tree_util.tree_leaves(params[0]),
-                           jax.tree_util.tree_leaves(whole[0])):
-    np.testing.assert_array_equal(got, expected)
-  assert run_records == whole_records
+  assert_resumed_equals_whole(task, run, folder, whole, whole_records)
   assert whole_records[0]['final_learning_rate'] == 0.0625  # halved at three checks
   assert (folder / 'metrics.jsonl').read_bytes() == (
       tmp_path / 'whole' / 'run_0' / 'metrics.jsonl').read_bytes()

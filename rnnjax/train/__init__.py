@@ -1,4 +1,4 @@
-"""The run harness: run folders, the trainer, sweeps on local processes or Slurm, the commands.
+"""The run harness: experiments, the trainer, run folders, jobs, executors, sweeps, reports.
 
 Needs the [train] extra (``pip install 'rnnjax[train]'``); without it, importing any module of
 this package raises one line saying so (``rnnjax.extras``).

@@ -31,7 +31,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from rnnjax.train import devices
-from rnnjax.train import folder as run_folder
+from rnnjax.train import run_folder
 
 __all__ = ['CHECKPOINTS', 'CheckpointError', 'Damaged', 'StorageError', 'manager', 'save',
            'saved_steps', 'restore', 'restore_group', 'final_params']

@@ -2,7 +2,7 @@
 
   rnnjax-run --config=CONFIG.py --workdir=results/one_run [--config.NAME=VALUE ...] [--overwrite]
   rnnjax-sweep --config=CONFIG.py --workdir=results/sweep [--config.NAME=VALUE ...]
-      [--executor=slurm --slurm.slurm_partition=debug --slurm.timeout_min=60 ...]
+      [--executor=NAME --NAME.FIELD=VALUE ...]
 
 (``python -m launch.run`` and ``python -m launch.sweep`` in a checkout.) A config
 file defines ``get_config()``, whose ``experiment`` field names the module of an
@@ -21,9 +21,9 @@ exits. Exit status: 0 when the run finished or diverged (a diverged run is a
 result); 1 with one line on stderr for a bad config, a folder of another run or
 in use, missing data, a full disk; 128 + the signal's number when stopped by one.
 
-sweep: every run of ``get_sweep()`` is planned, trained in vmapped groups on local
-processes or Slurm, and tabulated (``rnnjax.train.sweep``); exit status 0, 1 when a run
-failed (each reason printed), 130 when interrupted.
+sweep: every run of ``get_sweep()`` is planned, trained in vmapped groups by an executor
+(``--executor``: local processes, a cluster), and tabulated (``rnnjax.train.sweep``); exit
+status 0, 1 when a run failed (each reason printed), 130 when interrupted.
 """
 
 import importlib.util
@@ -39,15 +39,13 @@ from absl import flags
 import ml_collections
 from ml_collections import config_flags
 
-from rnnjax.train import experiment as experiments
+from rnnjax.train import executors
+from rnnjax.train import experiment
 
 __all__ = ['run_main', 'sweep_main']
 
 FLAGS = flags.FLAGS
-SLURM_CONFIG = ml_collections.ConfigDict({
-    'slurm_partition': '', 'timeout_min': 60, 'cpus_per_task': 2, 'slurm_gpus_per_task': 0,
-    'mem_gb': 8, 'slurm_account': '', 'slurm_qos': '', 'slurm_array_parallelism': 16, 'nodes': 1,
-    'tasks_per_node': 1})
+Options = dict[str, ml_collections.ConfigDict]  # an executor's name -> its --NAME.FIELD flags
 HELP = ('--help', '-h', '--helpshort', '-?', '--helpfull')  # absl's help flags, all one page
 
 
@@ -62,7 +60,7 @@ def _fail(line: str) -> NoReturn:
   sys.exit(1)
 
 
-def _config_path(argv: list[str]) -> str:
+def _config_path(argv: list[str], options: Options) -> str:
   """The config file the command line names: the last ``--config=FILE`` or
   ``--config FILE`` (one dash too), as absl takes it."""
   path = None
@@ -73,19 +71,20 @@ def _config_path(argv: list[str]) -> str:
     elif match and i + 1 < len(argv):
       path = argv[i + 1]
   if path is None and any(arg in HELP for arg in argv[1:]):
-    _help(None)
+    _help(None, options)
   if path is None:
     _fail('--config: expected a config file (--config=path/to/config.py)')
   return path
 
 
-def _help(fields: str | None) -> NoReturn:
-  """Prints the command's use, its flags and ``fields`` (a config's), and exits 0."""
+def _help(fields: str | None, options: Options) -> NoReturn:
+  """Prints the command's use, its flags, the executors' ``options`` and ``fields`` (a
+  config's), and exits 0."""
   print(__doc__.replace('``', ''))
   print(FLAGS.module_help(__name__))
-  if 'executor' in FLAGS:  # the sweep's
-    print('  --slurm.NAME=VALUE: slurm: submitit\'s parameters: ' + ', '.join(
-        f'{name}={value!r}' for name, value in SLURM_CONFIG.items()))
+  for name, fields_of in options.items():
+    print(f'  --{name}.NAME=VALUE: {name}: ' + ', '.join(
+        f'{field}={value!r}' for field, value in fields_of.items()))
   print(fields or '\nWith --config=CONFIG.py, --help also lists the fields of its config.')
   sys.exit(0)
 
@@ -96,15 +95,17 @@ def _kind(default: Any) -> str:
       type(default), f'a {type(default).__name__}')
 
 
-def _load(argv: list[str], sweep: bool
-          ) -> tuple[types.ModuleType, experiments.Experiment, ml_collections.ConfigDict, str]:
-  """Loads the config file once; defines the flags around its config; parses ``argv``.
+def _load(argv: list[str], sweep: bool, options: Options | None = None
+          ) -> tuple[types.ModuleType, experiment.Experiment, ml_collections.ConfigDict, str]:
+  """Loads the config file once; defines the flags around its config and the executors'
+  ``options`` (a sweep's); parses ``argv``.
 
   Returns:
-    ``(module, experiment, config, path)``: the config file's module, its experiment,
+    ``(module, kind, config, path)``: the config file's module, its experiment,
     its config with the command line's fields set, and the file's path.
   """
-  path = _config_path(argv)
+  options = options or {}
+  path = _config_path(argv, options)
   spec = importlib.util.spec_from_file_location(pathlib.Path(path).stem, path)
   if spec is None or spec.loader is None or not pathlib.Path(path).is_file():
     _fail(f'--config: no config file at {path!r}')
@@ -115,7 +116,7 @@ def _load(argv: list[str], sweep: bool
     _fail(f'--config: {path} defines no {"get_sweep()" if sweep else "get_config()"}')
   base = module.get_config()
   try:
-    experiment = experiments.load(base.get('experiment'))
+    kind = experiment.load(base.get('experiment'))
   except ValueError as error:
     _fail(str(error))
   if any(arg in HELP for arg in argv[1:]):
@@ -123,15 +124,16 @@ def _load(argv: list[str], sweep: bool
     swept = ', '.join(dict.fromkeys(name for run in runs for name in run))
     _help(f'\nFields of {path} (--config.NAME=VALUE), as its get_config() sets them'
           + (f' (get_sweep() gives {len(runs)} runs, which set {swept})' if runs else '')
-          + f':\n{experiment.help(base)}')
-  dicts = {'config': (base, path), **({'slurm': (SLURM_CONFIG, '--slurm')} if sweep else {})}
+          + f':\n{kind.help(base)}', options)
+  dicts = {'config': (base, path), **{name: (fields, f'--{name}')
+                                      for name, fields in options.items()}}
   overrides = []  # (flag, field, value or None)
   for arg in argv[1:]:  # a field the config lacks: one line naming the closest
-    match = re.match(r'--?(config|slurm)\.([A-Za-z_][\w.]*)(?:=(.*))?', arg)
+    match = re.match(r'--?(\w+)\.([A-Za-z_][\w.]*)(?:=(.*))?', arg)
     if match and match.group(1) in dicts:
       holder, where = dicts[match.group(1)]
       try:
-        experiments.locate(holder, match.group(2))
+        experiment.locate(holder, match.group(2))
       except ValueError as error:
         _fail(f'--{match.group(1)}.{match.group(2)}: {where} has no field '
               f'{str(error).split("no field ", 1)[1]}')
@@ -141,23 +143,22 @@ def _load(argv: list[str], sweep: bool
   config_flags.DEFINE_config_dict('config', base, "The config file's get_config(); override a "
                                   'field with --config.NAME=VALUE.', lock_config=True,
                                   sys_argv=rest)
-  if sweep:
-    config_flags.DEFINE_config_dict('slurm', SLURM_CONFIG, "slurm: submitit's parameters, e.g. "
-                                    '--slurm.slurm_partition=debug --slurm.timeout_min=60 '
-                                    '--slurm.nodes=2.', sys_argv=rest)
+  for name, fields in options.items():
+    config_flags.DEFINE_config_dict(name, fields, f'--executor={name}: its fields '
+                                    f'(--{name}.NAME=VALUE).', sys_argv=rest)
   try:
     FLAGS(rest)
   except (flags.Error, KeyError, AttributeError, TypeError, ValueError) as error:
     for flag, name, value in overrides:  # a value of another type than the field's default
       if value is not None:
-        holder, key = experiments.locate(dicts[flag][0], name)
+        holder, key = experiment.locate(dicts[flag][0], name)
         try:
           FLAGS[f'{flag}.{name}'].parser.parse(value)
         except (ValueError, TypeError):
           _fail(f'--{flag}.{name}: expected {_kind(holder[key])} (the type of its value '
                 f'{holder[key]!r}), got {value!r}')
     _fail(' '.join(str(error).replace('\\n', ' ').split()))
-  return module, experiment, FLAGS.config, path
+  return module, kind, FLAGS.config, path
 
 
 def run_main() -> None:
@@ -166,7 +167,7 @@ def run_main() -> None:
                       'tensorboard/, checkpoint/, summary.json, timing.json, log.txt.')
   flags.DEFINE_bool('overwrite', False, 'Clear the run folder (checkpoint included) and start '
                     'afresh, instead of resuming or refusing a folder of another config.')
-  _, experiment, config, _ = _load(sys.argv, sweep=False)
+  _, kind, config, _ = _load(sys.argv, sweep=False)
   if not FLAGS.workdir:
     _fail('--workdir: expected the run folder')
   from absl import logging
@@ -181,7 +182,7 @@ def run_main() -> None:
                          'overwrite': 'all' if FLAGS.overwrite else 'none',
                          'provenance': sweep.provenance(),
                          'runs': [{'folder': FLAGS.workdir,
-                                   'config': experiments.as_dict(config)}]}, received)
+                                   'config': experiment.as_dict(config)}]}, received)
   run = result['runs'][0]
   if result['exit'] == 'interrupted':
     _say(run['reason'])
@@ -192,14 +193,14 @@ def run_main() -> None:
       os._exit(1)
     sys.exit(1)
   import jax
-  from rnnjax.train import folder as run_folder
+  from rnnjax.train import run_folder
   if jax.process_index() != 0:  # process 0 alone writes the folder and reports
     return
   summary = run_folder.read_json(pathlib.Path(FLAGS.workdir) / run_folder.SUMMARY) or {}
   print(f'{FLAGS.workdir}: {summary.get("status")} after {summary.get("steps_done")} steps' +
         (f' (diverged at step {summary["diverged_step"]})' if summary.get('diverged_step')
          else ''))
-  for name in experiment.report:
+  for name in kind.report:
     value = summary.get(name, math.nan)
     print(f'  {name}: {value:.4g}' if isinstance(value, float) else f'  {name}: {value}')
   for name, value in summary.items():
@@ -211,21 +212,24 @@ def sweep_main() -> None:
   """``rnnjax-sweep`` (``python -m launch.sweep``)."""
   flags.DEFINE_string('workdir', None, 'Sweep folder: one subfolder per run, plus the tables '
                       'and plots.')
-  flags.DEFINE_enum('executor', 'local', ['local', 'slurm'],
-                    'local: processes on this machine; slurm: an array job through submitit.')
+  classes = {name: executors.find(name) for name in executors.EXECUTORS}
+  flags.DEFINE_enum('executor', 'local', list(classes), 'Where the jobs run: ' + '; '.join(
+      f'{name}: {cls.__doc__.splitlines()[0].rstrip(".")}' for name, cls in classes.items()))
   flags.DEFINE_bool('overwrite', False, 'Clear every run folder and train every run again.')
-  flags.DEFINE_integer('max_group_size', 0, 'Most runs vmapped into one job (0: local: each '
-                       'group cut into --processes jobs; slurm: no limit; 1: every run alone).',
+  flags.DEFINE_integer('max_group_size', 0, 'Most runs vmapped into one job (0: each group cut '
+                       'into as many jobs as the executor runs at once; 1: every run alone).',
                        lower_bound=0)
   flags.DEFINE_integer('processes', 0, 'local: jobs at a time (0: one per core).', lower_bound=0)
   flags.DEFINE_integer('threads_per_run', 0, 'local: cores each job may use (0: the cores / '
                        '--processes).', lower_bound=0)
   flags.DEFINE_float('stall_minutes', 30.0, 'local: a job that reports no progress for this '
                      'long is named, and killed a minute later.', lower_bound=0.05)
-  module, experiment, config, path = _load(sys.argv, sweep=True)
+  module, kind, config, path = _load(sys.argv, True, {
+      name: ml_collections.ConfigDict(cls.OPTIONS) for name, cls in classes.items()
+      if cls.OPTIONS})
   if not FLAGS.workdir:
     _fail('--workdir: expected the sweep folder')
-  from rnnjax.train import folder as run_folder
+  from rnnjax.train import run_folder
   from rnnjax.train import sweep
   command_line = dict(config_flags.get_override_values(FLAGS['config']))
   try:
@@ -233,10 +237,10 @@ def sweep_main() -> None:
     if not overrides:
       raise sweep.SweepError(f'config: get_sweep() in {path} returned no runs')
     configs = sweep.run_configs(config, overrides, command_line, path)
-    status = sweep.sweep(experiment, configs, overrides, pathlib.Path(FLAGS.workdir),
+    status = sweep.sweep(kind, configs, overrides, pathlib.Path(FLAGS.workdir),
                          command_line, FLAGS.executor, FLAGS.overwrite, FLAGS.max_group_size,
-                         FLAGS.processes, FLAGS.threads_per_run, FLAGS.slurm.to_dict(),
-                         FLAGS.stall_minutes * 60, FLAGS.verbosity)
+                         FLAGS.processes, FLAGS.threads_per_run, FLAGS.stall_minutes * 60,
+                         dict(getattr(FLAGS, FLAGS.executor, None) or {}), FLAGS.verbosity)
   except (sweep.SweepError, run_folder.FolderInUse, ValueError, OSError) as error:
     _fail(str(error))
   sys.exit(status)

@@ -127,7 +127,7 @@ class Experiment:
       (a table prints it as a bound).
     analyses: ``analysis(runs, keys, folder, heading)`` of a sweep's runs (as
       ``report.write`` takes them), each writing its own tables and plots into the sweep
-      folder (``folder.write``) after the sweep's.
+      folder (``run_folder.write``) after the sweep's.
 
   Raises:
     ValueError: a field or report field named as one of the columns the harness writes

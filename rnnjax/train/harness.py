@@ -2,7 +2,7 @@
 
 The order is the rule of the run folder: plan every run (``plan.plan``: its
 config's checks and its folder's state, read-only), then the data and the
-model (``experiment.task``) and the memory they need, and only then lock the
+model (``Experiment.task``) and the memory they need, and only then lock the
 folders and write. Everything else of a run (the loop, checkpoints, metrics,
 TensorBoard) is the trainer's.
 """
@@ -18,9 +18,9 @@ from jax.experimental import multihost_utils
 from ml_collections import ConfigDict
 
 from rnnjax.train import devices
-from rnnjax.train import experiment as experiments
-from rnnjax.train import folder as run_folder
+from rnnjax.train import experiment
 from rnnjax.train import plan as planning
+from rnnjax.train import run_folder
 from rnnjax.train import trainer
 
 __all__ = ['check_memory', 'run_group']
@@ -48,7 +48,7 @@ def check_memory(task: trainer.Task, config: ConfigDict, runs: int) -> None:
         'model')
 
 
-def run_group(experiment: experiments.Experiment, configs: Sequence[ConfigDict],
+def run_group(kind: experiment.Experiment, configs: Sequence[ConfigDict],
               folders: Sequence[pathlib.Path], overwrite: str = 'none',
               stop_requested: Callable[[], bool] | None = None, provenance: dict | None = None,
               programs: trainer.Programs | None = None,
@@ -56,7 +56,7 @@ def run_group(experiment: experiments.Experiment, configs: Sequence[ConfigDict],
   """Trains (or resumes) the runs of a group and writes their summaries.
 
   Args:
-    experiment: the ``Experiment`` of every config.
+    kind: the ``Experiment`` of every config.
     configs: R ``ml_collections.ConfigDict`` configs.
     folders: R ``pathlib.Path`` run folders.
     overwrite: as ``plan.plan``: 'none', 'changed' or 'all'.
@@ -76,11 +76,11 @@ def run_group(experiment: experiments.Experiment, configs: Sequence[ConfigDict],
     ValueError: a run the plan refuses (the reason), runs that cannot share one
       program, or a training state larger than the device's memory
       (``check_memory``), before any folder is touched.
-    folder.FolderInUse: another process trains one of the runs.
+    run_folder.FolderInUse: another process trains one of the runs.
     trainer.Interrupted: stopped on request (checkpointed).
     corpora.CorpusError and other errors of the experiment's data.
   """
-  plans = planning.plan(experiment, configs, folders, overwrite)
+  plans = planning.plan(kind, configs, folders, overwrite)
   for run in plans:
     if run.action == 'refused':
       raise ValueError(run.reason)
@@ -89,14 +89,14 @@ def run_group(experiment: experiments.Experiment, configs: Sequence[ConfigDict],
   todo = [i for i, run in enumerate(plans) if run.action != 'ended']
   if not todo:
     return summaries
-  keys = {experiments.group_key(experiment, configs[i]) for i in todo}
+  keys = {experiment.group_key(kind, configs[i]) for i in todo}
   if len(keys) > 1:
     fields = sorted({k for key in keys for k, v in key if sum(1 for o in keys if (k, v) in o)
                      < len(keys)})
     raise ValueError(f'configs: runs of one group may differ only in fields that change no '
                      f'program; these differ in {fields}')
   started = time.perf_counter()
-  task = experiment.task(configs[todo[0]])
+  task = kind.task(configs[todo[0]])
   task_seconds = time.perf_counter() - started
   check_memory(task, configs[todo[0]], len(todo))
   layout = configs[todo[0]].get('layout', 'auto')
@@ -110,7 +110,7 @@ def run_group(experiment: experiments.Experiment, configs: Sequence[ConfigDict],
         if plans[i].action in ('new', 'changed'):
           run_folder.clear(plans[i].folder)
         run_folder.write_json(plans[i].folder / run_folder.CONFIG,
-                              experiments.as_dict(configs[i]))
+                              experiment.as_dict(configs[i]))
         for name, data in task.artifacts.items():
           run_folder.write(plans[i].folder / name, data)
     if jax.process_count() > 1:  # the others read the folders only once process 0 set them up

@@ -33,9 +33,9 @@ from typing import Any, BinaryIO, Callable, Iterable, Sequence
 from absl import logging
 import jax
 
-from rnnjax.train import experiment as experiments
-from rnnjax.train import folder as run_folder
+from rnnjax.train import experiment
 from rnnjax.train import harness
+from rnnjax.train import run_folder
 from rnnjax.train import trainer
 
 __all__ = ['setup_process', 'keep_freed_memory', 'run_job', 'failure', 'serve',
@@ -85,8 +85,8 @@ def _initialize_distributed() -> None:
     ValueError: for an incomplete or malformed set of the variables above.
   """
   given = {name: os.environ.get(name, '') for name in DISTRIBUTED_VARIABLES}
-  slurm_tasks = os.environ.get('SLURM_STEP_NUM_TASKS', '1')
-  if not any(given.values()) and not (slurm_tasks.isdigit() and int(slurm_tasks) > 1):
+  step_tasks = os.environ.get('SLURM_STEP_NUM_TASKS', '1')
+  if not any(given.values()) and not (step_tasks.isdigit() and int(step_tasks) > 1):
     return
   jax.config.update('jax_cpu_collectives_implementation', 'gloo')
   if not any(given.values()):
@@ -145,7 +145,7 @@ def setup_process(signals: Sequence[int] = (signal.SIGTERM, signal.SIGUSR2, sign
 def failure(error: BaseException) -> tuple[str, str] | None:
   """The exit kind and one-line reason of an error a job ends with, or None for a bug (it
   keeps its traceback). A full disk (ENOSPC, EDQUOT) says to free space and run again, too
-  many open files (EMFILE, ENFILE) to raise ``ulimit -n`` (the errno: ``folder.errno_of``)."""
+  many open files (EMFILE, ENFILE) to raise ``ulimit -n`` (the errno: ``run_folder.errno_of``)."""
   from rnnjax.data import corpora
   from rnnjax.train import checkpoints
   text = ' '.join(str(error).split()) or type(error).__name__
@@ -210,10 +210,10 @@ def run_job(job: dict, received: list[int] | None = None,
   exit_kind, reason = 'ok', ''
   summaries: Sequence[dict | None] = [None] * len(folders)
   try:
-    experiment = experiments.load(job['experiment'])
-    configs = [experiments.from_dict(experiment, run['config']) for run in job['runs']]
+    kind = experiment.load(job['experiment'])
+    configs = [experiment.from_dict(kind, run['config']) for run in job['runs']]
     received = received if received is not None else []
-    summaries = harness.run_group(experiment, configs, folders, job.get('overwrite', 'none'),
+    summaries = harness.run_group(kind, configs, folders, job.get('overwrite', 'none'),
                                   lambda: bool(received), job.get('provenance'),
                                   on_progress=on_progress)
   except Exception as error:  # noqa: BLE001 -- mapped to a result, or raised again

@@ -24,8 +24,8 @@ from typing import Any, NamedTuple, Sequence
 import ml_collections
 
 from rnnjax.train import checkpoints
-from rnnjax.train import experiment as experiments
-from rnnjax.train import folder as run_folder
+from rnnjax.train import experiment
+from rnnjax.train import run_folder
 
 __all__ = ['RunPlan', 'ACTIONS', 'OVERWRITE', 'plan', 'differing_keys', 'folder_names', 'jobs']
 
@@ -44,35 +44,35 @@ class RunPlan(NamedTuple):
 
 def differing_keys(old: dict, new: dict) -> str:
   """The dotted keys whose values differ between two configs, as 'key (old -> new), ...'."""
-  old, new = experiments.flat(old), experiments.flat(new)
+  old, new = experiment.flat(old), experiment.flat(new)
   keys = sorted(k for k in old.keys() | new.keys() if old.get(k, ...) != new.get(k, ...))
   shown = ', '.join(f'{k} ({old.get(k, "absent")!r} -> {new.get(k, "absent")!r})'
                     for k in keys[:8])
   return shown + (' ...' if len(keys) > 8 else '')
 
 
-def _as_now(experiment: experiments.Experiment, saved: dict) -> dict:
+def _as_now(kind: experiment.Experiment, saved: dict) -> dict:
   """A saved config.json as the experiment reads it now: a field the experiment gained since
   the run was saved, absent from the file, counts at its default (which is what the run
   trained with); a file the experiment cannot read any more is returned as it is."""
   try:
-    return experiments.as_dict(experiments.from_dict(experiment, saved))
+    return experiment.as_dict(experiment.from_dict(kind, saved))
   except ValueError:
     return saved
 
 
-def _plan_one(experiment: experiments.Experiment, config: ml_collections.ConfigDict,
+def _plan_one(kind: experiment.Experiment, config: ml_collections.ConfigDict,
               folder: pathlib.Path, overwrite: str) -> RunPlan:
   refused = lambda reason: RunPlan(folder, config, 'refused', reason)
   try:
-    experiments.check(experiment, config)
+    experiment.check(kind, config)
     run_folder.check_path(folder)
     if folder.is_symlink():
       raise ValueError(f'{folder} is a symbolic link; a run folder is a folder of its own')
     run_folder.check_links(folder)
   except ValueError as error:
     return refused(str(error))
-  wanted = experiments.as_dict(config)
+  wanted = experiment.as_dict(config)
   saved = run_folder.read_json(folder / run_folder.CONFIG)
   if saved is None and folder.is_dir():
     entries = [entry.name for entry in folder.iterdir()]
@@ -92,7 +92,7 @@ def _plan_one(experiment: experiments.Experiment, config: ml_collections.ConfigD
       return RunPlan(folder, config, 'changed', 'overwrite')
   if saved is None:
     return RunPlan(folder, config, 'new')
-  saved = _as_now(experiment, saved)
+  saved = _as_now(kind, saved)
   if saved != wanted:
     change = differing_keys(saved, wanted)
     if overwrite == 'none':
@@ -108,12 +108,12 @@ def _plan_one(experiment: experiments.Experiment, config: ml_collections.ConfigD
   return RunPlan(folder, config, 'resume', step=steps[-1] if steps else 0)
 
 
-def plan(experiment: experiments.Experiment, configs: Sequence[ml_collections.ConfigDict],
+def plan(kind: experiment.Experiment, configs: Sequence[ml_collections.ConfigDict],
          folders: Sequence[pathlib.Path], overwrite: str = 'none') -> list[RunPlan]:
   """What each run will do (the module docstring), read-only.
 
   Args:
-    experiment: the experiment of every config.
+    kind: the experiment of every config.
     configs: R configs.
     folders: R run folders (a folder named twice refuses both runs).
     overwrite: 'none' (a folder of another config is refused), 'changed' (it
@@ -134,7 +134,7 @@ def plan(experiment: experiments.Experiment, configs: Sequence[ml_collections.Co
     if folders.count(folder) > 1:
       plans.append(RunPlan(folder, config, 'refused', f'{folder} is the folder of several runs'))
     else:
-      plans.append(_plan_one(experiment, config, folder, overwrite))
+      plans.append(_plan_one(kind, config, folder, overwrite))
   return plans
 
 
@@ -155,7 +155,7 @@ def folder_names(sweep: Sequence[dict], keys: Sequence[str]) -> list[str]:
   return names
 
 
-def jobs(experiment: experiments.Experiment, plans: Sequence[RunPlan], max_group_size: int = 0,
+def jobs(kind: experiment.Experiment, plans: Sequence[RunPlan], max_group_size: int = 0,
          parts: int = 1) -> list[list[int]]:
   """The runs to train (new, resume, changed), cut into jobs: lists of indices into
   ``plans``, in the order they start.
@@ -171,7 +171,7 @@ def jobs(experiment: experiments.Experiment, plans: Sequence[RunPlan], max_group
   groups: dict[Any, list[int]] = {}
   for i, run in enumerate(plans):
     if run.action in ('new', 'resume', 'changed'):
-      key = (experiments.group_key(experiment, run.config), run.step)
+      key = (experiment.group_key(kind, run.config), run.step)
       groups.setdefault(key if max_group_size != 1 else i, []).append(i)
   cut = []  # (program, runs)
   for key, members in groups.items():
@@ -179,7 +179,7 @@ def jobs(experiment: experiments.Experiment, plans: Sequence[RunPlan], max_group
     edges = [len(members) * part // count for part in range(count + 1)]
     cut += [((key[0] if max_group_size != 1 else key, end - start), members[start:end])
             for start, end in zip(edges, edges[1:])]
-  cut.sort(key=lambda job: -sum(experiment.work(plans[i].config) * plans[i].config.steps
+  cut.sort(key=lambda job: -sum(kind.work(plans[i].config) * plans[i].config.steps
                                 for i in job[1]))
   first: list[int] = []
   programs = set()

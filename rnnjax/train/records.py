@@ -14,7 +14,7 @@ from typing import Any
 
 from absl import logging
 
-from rnnjax.train import folder as run_folder
+from rnnjax.train import run_folder
 
 __all__ = ['append_metrics', 'read_metrics', 'cut_metrics', 'tensorboard', 'write_scalars',
            'record_devices', 'SCALARS']

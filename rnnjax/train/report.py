@@ -35,9 +35,9 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 
 from rnnjax import diagnostics
-from rnnjax.train import experiment as experiments
-from rnnjax.train import folder as run_folder
+from rnnjax.train import experiment
 from rnnjax.train import records
+from rnnjax.train import run_folder
 
 __all__ = ['Rate', 'Spread', 'wilson', 'spread', 'fisher', 'bound', 'pyplot', 'save', 'table',
            'write']
@@ -115,7 +115,7 @@ def _rows(runs: Sequence[dict], keys: Sequence[str], reported: Sequence[str],
     total = (timing.get('seconds') or {}).get('total', math.nan)
     row['seconds'] = total / timing.get('group_size', 1) if isinstance(total, float) else total
     row['commit'], row['date'] = timing.get('commit', ''), timing.get('date', '')
-    row.update({name: value for name, value in experiments.flat(run['config'] or {}).items()
+    row.update({name: value for name, value in experiment.flat(run['config'] or {}).items()
                 if name not in row and (name == 'seed' or value != defaults.get(name, ...))})
     rows.append(row)
   empty = lambda v: v is None or v == '' or (isinstance(v, float) and math.isnan(v))
@@ -255,7 +255,7 @@ def _csv(rows: list[dict]) -> str:
 
 
 def save(figure: Any, path: pathlib.Path) -> None:
-  """Writes the figure as PNG (120 dpi) atomically (``folder.write``) and closes it."""
+  """Writes the figure as PNG (120 dpi) atomically (``run_folder.write``) and closes it."""
   import matplotlib.pyplot as plt
   data = io.BytesIO()
   figure.tight_layout()
@@ -451,7 +451,7 @@ def _plot_points(rows: list[dict], y: str, x: str, series_key: str, panel_key: s
                          for p in points) else '')
 
 
-def write(runs: Sequence[dict], keys: Sequence[str], experiment: experiments.Experiment,
+def write(runs: Sequence[dict], keys: Sequence[str], kind: experiment.Experiment,
           folder: pathlib.Path, command_line: dict | None = None) -> str:
   """Writes the tables (atomically) and plots of a sweep; returns the per-run table.
 
@@ -460,7 +460,7 @@ def write(runs: Sequence[dict], keys: Sequence[str], experiment: experiments.Exp
       ``config`` (as config.json holds it), ``summary`` and ``timing`` (None where
       missing) and ``status``.
     keys: the swept keys, in order.
-    experiment: the ``Experiment`` (its ``report`` fields and ``plots``).
+    kind: the ``Experiment`` (its ``report`` fields and ``plots``).
     folder: the sweep folder.
     command_line: the fields set for every run by ``--config.NAME=VALUE``, named
       under the Markdown tables' provenance line.
@@ -468,8 +468,8 @@ def write(runs: Sequence[dict], keys: Sequence[str], experiment: experiments.Exp
   Raises:
     OSError: a table or plot cannot be written.
   """
-  reported = experiment.report
-  rows = _rows(runs, keys, reported, experiments.flat(experiments.as_dict(experiment.config())))
+  reported = kind.report
+  rows = _rows(runs, keys, reported, experiment.flat(experiment.as_dict(kind.config())))
   timings = [run['timing'] for run in runs if run['timing']]
   heading = '' if not timings else 'Measured at commit {} on {} (host {}).'.format(
       *(', '.join(sorted({t.get(k, 'unknown') for t in timings}))
@@ -482,24 +482,24 @@ def write(runs: Sequence[dict], keys: Sequence[str], experiment: experiments.Exp
   table = _markdown([{c: v for c, v in row.items() if c in shown or '_profile_k' in c}
                      for row in rows],
                     '\n\n'.join(filter(None, [heading, f'One run a row ({seeds} seed(s)).'])),
-                    experiment.positive)
+                    kind.positive)
   run_folder.write(folder / 'results.md', table)
   run_folder.write(folder / 'results.csv', _csv(rows))
   if 'seed' in keys and len(keys) > 1:
-    budgets = [(plot[1], budget) for plot in experiment.plots if plot[0] == 'rate'
+    budgets = [(plot[1], budget) for plot in kind.plots if plot[0] == 'rate'
                for budget in plot[2]]
     aggregated = _over_seeds(rows, keys, reported, budgets)
     run_folder.write(folder / 'results_over_seeds.md', _markdown(
         aggregated, '\n\n'.join(filter(None, [
             heading, 'One setting a row, over its seeds: a number is the median '
             '[interquartile range] of the seeds where it is finite, a yes/no field the count '
-            'of yes with its 95% Wilson interval.'])), experiment.positive))
+            'of yes with its 95% Wilson interval.'])), kind.positive))
     run_folder.write(folder / 'results_over_seeds.csv', _csv(aggregated))
-    for plot in experiment.plots:
+    for plot in kind.plots:
       if plot[0] == 'rate':
         _plot_rates(aggregated, [k for k in keys if k != 'seed'], plot[1], plot[2], plot[3],
                     folder)
-  for plot in experiment.plots:
+  for plot in kind.plots:
     if plot[0] == 'curve':
       _plot_curves(runs, keys, plot[1], folder)
     elif plot[0] == 'profile' and plot[1] in keys:
@@ -508,6 +508,6 @@ def write(runs: Sequence[dict], keys: Sequence[str], experiment: experiments.Exp
       _plot_heatmaps(rows, keys, plot[1], plot[2], plot[3], folder)
     elif plot[0] == 'points':
       _plot_points(rows, plot[1], plot[2], plot[3], plot[4], folder)
-  for analysis in experiment.analyses:
+  for analysis in kind.analyses:
     analysis(runs, keys, folder, heading)
   return table

@@ -5,12 +5,13 @@ maps folder names to swept values). The runs are planned once (``plan.plan`` wit
 'changed', or 'all'): a run that ended with the same config is kept, one whose config changed
 trains again, one that did not end resumes, one that fails its checks fails before anything
 runs. Runs that differ only in values that change no program train as one vmapped group, cut
-into jobs for the executor. One launcher per sweep folder (``<workdir>/.lock``). At the end
-the sweep writes the tables (``report.write``), prints them and names each failed run's reason.
+into jobs for the executor (``executors``, found by name). One launcher per sweep folder
+(``<workdir>/.lock``). At the end, or once a signal (Ctrl-C, SIGTERM) has stopped the executor,
+the sweep writes the tables of what ended (``report.write``), prints them and names each failed
+run's reason.
 """
 
 import datetime
-import json
 import os
 import pathlib
 import signal
@@ -24,10 +25,10 @@ from ml_collections import ConfigDict
 import tqdm
 
 from rnnjax.train import executors
-from rnnjax.train import experiment as experiments
-from rnnjax.train import folder as run_folder
+from rnnjax.train import experiment
 from rnnjax.train import plan as planning
 from rnnjax.train import report
+from rnnjax.train import run_folder
 
 __all__ = ['SweepError', 'swept_keys', 'run_configs', 'provenance', 'sweep']
 
@@ -60,7 +61,7 @@ def run_configs(base: ConfigDict, sweep: list[dict], command_line: Mapping[str, 
   configs = []
   for i, overrides in enumerate(sweep):
     try:
-      configs.append(experiments.override(
+      configs.append(experiment.override(
           base, {k: v for k, v in overrides.items() if k not in command_line}))
     except ValueError as error:
       raise SweepError(f'get_sweep: run {i}: {error}') from None
@@ -83,7 +84,7 @@ def provenance() -> dict:
 
 
 def _value(config: ConfigDict, name: str) -> Any:
-  holder, key = experiments.locate(config, name)
+  holder, key = experiment.locate(config, name)
   value = holder[key]
   return value.to_dict() if hasattr(value, 'to_dict') else value
 
@@ -92,49 +93,85 @@ def _print(line: str) -> None:
   print(line, flush=True)
 
 
-def sweep(experiment: experiments.Experiment, configs: list[ConfigDict], overrides: list[dict],
+def sweep(kind: experiment.Experiment, configs: list[ConfigDict], overrides: list[dict],
           workdir: pathlib.Path, command_line: dict | None = None, executor: str = 'local',
           overwrite: bool = False, max_group_size: int = 0, processes: int = 0,
-          threads_per_run: int = 0, slurm: dict | None = None,
-          stall_seconds: float = 1800.0, verbosity: int = 0) -> int:
+          threads_per_run: int = 0, stall_seconds: float = 1800.0,
+          options: Mapping[str, Any] | None = None, verbosity: int = 0) -> int:
   """Plans, trains and tabulates a sweep (the module docstring).
 
   Args:
-    experiment: the experiment of every config.
+    kind: the experiment of every config.
     configs: each run's full config (``run_configs``).
     overrides: each run's ``get_sweep()`` dict (its swept values name its folder).
     workdir: the sweep folder.
     command_line: the fields set for every run, named under the tables' heading.
-    executor: 'local' or 'slurm'.
+    executor: the name of an executor in ``executors.EXECUTORS``.
     overwrite: clear every run folder and train every run again.
-    max_group_size: most runs a job (0: local: each group cut into ``processes``
-      jobs; slurm: no limit; 1: every run alone).
-    processes, threads_per_run: local: jobs at a time, and cores each (0: one
-      job per core; processes x threads never exceeds the cores).
-    slurm: submitit's parameters (``slurm_partition``, ``timeout_min``, ...).
-    stall_seconds: local: a job that reports no progress for this long is killed
-      (a minute after a warning).
+    max_group_size: most runs a job (0: each group cut into the executor's ``parts``;
+      1: every run alone).
+    processes, threads_per_run, stall_seconds, options: ``executors.Settings``.
     verbosity: absl's, of the jobs' logs (``job``'s module docstring): from 1, the INFO
       lines of the libraries too.
 
   Returns:
     the exit status: 0, or 1 when a run failed (each reason printed), 130 when
-    interrupted.
+    interrupted (SIGINT, SIGTERM: the tables of the runs that ended are written).
 
   Raises:
-    SweepError, folder.FolderInUse, OSError: before any run folder is touched.
+    SweepError, run_folder.FolderInUse, OSError, ValueError (the executor's): before any run
+      folder is touched.
   """
   workdir = pathlib.Path(workdir)
   run_folder.check_path(workdir)
   keys = swept_keys(overrides)
   overrides = [{key: _value(config, key) for key in dict.fromkeys([*values, *keys])}
                for values, config in zip(overrides, configs)]  # as the configs hold them
+  names, plans = _plan(kind, configs, overrides, keys, workdir, overwrite)
+  reasons = {i: run.reason for i, run in enumerate(plans) if run.action == 'refused'}
+  job_folder = workdir / '.jobs'
+  runner = executors.find(executor)(executors.Settings(
+      job_folder, processes, threads_per_run, stall_seconds, options or {}))
+  lock = run_folder.lock(workdir)
+  run_folder.write_json(workdir / 'runs.json', dict(zip(names, overrides)))
+  _note(workdir, names, plans)
+  groups = planning.jobs(kind, plans, max_group_size, runner.parts)
+  where = provenance()
+  jobs = [{'id': str(n), 'experiment': kind.name, 'overwrite': 'all' if overwrite else 'changed',
+           'result': str((job_folder / f'{n}.result.json').absolute()), 'provenance': where,
+           'verbosity': verbosity, 'runs': [{'folder': str(plans[i].folder.absolute()),
+                     'config': experiment.as_dict(plans[i].config)} for i in group]}
+          for n, group in enumerate(groups)]
+  statuses: dict[int, str] = {}  # of the runs that did not end: failed, interrupted
+  interrupted = _train(runner, kind, plans, names, list(zip(jobs, groups)), reasons,
+                       statuses, job_folder)
+  table, kept = _tables(kind, plans, overrides, names, keys, statuses, workdir,
+                        command_line)
+  _print(table)
+  if interrupted:
+    _print(f'\ninterrupted: {kept} of {len(plans)} runs have ended and are kept, the others '
+           'keep their last checkpoint; run the same command again to resume')
+  else:
+    _print(f'{len(plans)} runs ({len(reasons)} failed); tables: {workdir / "results.md"}, '
+           'results.csv' + (', results_over_seeds.md' if 'seed' in keys and len(keys) > 1
+                            else ''))
+  os.close(lock)
+  for i, why in sorted(reasons.items()):
+    print(f'failed: {names[i]}: {why}', file=sys.stderr)
+  return 130 if interrupted else 1 if reasons else 0
+
+
+def _plan(kind: experiment.Experiment, configs: list[ConfigDict], overrides: list[dict],
+          keys: list[str], workdir: pathlib.Path, overwrite: bool
+          ) -> tuple[list[str], list[planning.RunPlan]]:
+  """Each run's folder name and plan (``plan.plan``), read-only; SweepError for two runs of
+  the same swept values, or every run refused."""
   names = planning.folder_names(overrides, keys)
   if len(set(names)) < len(names):
     twice = next(n for n in names if names.count(n) > 1)
     raise SweepError(f'get_sweep: runs {[i for i, n in enumerate(names) if n == twice]} have '
                      f'the same swept values ({twice}); give each run its own')
-  plans = planning.plan(experiment, configs, [workdir / name for name in names],
+  plans = planning.plan(kind, configs, [workdir / name for name in names],
                         'all' if overwrite else 'changed')
   reasons = {i: run.reason for i, run in enumerate(plans) if run.action == 'refused'}
   if len(reasons) == len(plans):  # a bad --config.NAME, say: no folder made for it
@@ -145,9 +182,11 @@ def sweep(experiment: experiments.Experiment, configs: list[ConfigDict], overrid
     raise SweepError('every run of the sweep fails its checks'
                      + (f': {distinct.pop()}' if len(distinct) == 1 else '')
                      + f'; {workdir} is left as it was')
-  lock = run_folder.lock(workdir)
-  run_folder.write_json(workdir / 'runs.json', {name: values for name, values in
-                                                zip(names, overrides)})
+  return names, plans
+
+
+def _note(workdir: pathlib.Path, names: list[str], plans: list[planning.RunPlan]) -> None:
+  """Names the run folders of no run of the sweep, and the runs that train again."""
   strays = sorted(path.parent.name for path in workdir.glob(f'*/{run_folder.CONFIG}')
                   if path.parent.name not in names and not path.parent.is_symlink())
   if strays:
@@ -159,97 +198,81 @@ def sweep(experiment: experiments.Experiment, configs: list[ConfigDict], overrid
   if changed:
     _print(f'{len(changed)} run(s) whose config changed will train again from the start: '
            + ', '.join(changed))
-  cores = len(os.sched_getaffinity(0))
-  threads = threads_per_run or (max(1, cores // processes) if processes else 1)
-  processes = processes or max(1, cores // threads)
-  local = executor == 'local'
-  job_folder = workdir / '.jobs'
-  groups = planning.jobs(experiment, plans, max_group_size, processes if local else 1)
-  where = provenance()
-  jobs = [{'id': str(n), 'experiment': experiment.name, 'overwrite': 'all' if overwrite else
-           'changed', 'result': str((job_folder / f'{n}.result.json').absolute()),
-           'provenance': where, 'verbosity': verbosity,
-           'runs': [{'folder': str(plans[i].folder.absolute()),
-                     'config': experiments.as_dict(plans[i].config)} for i in group]}
-          for n, group in enumerate(groups)]
-  ended = sum(run.action == 'ended' for run in plans)
-  resuming = sum(run.action == 'resume' and run.step > 0 for run in plans)
-  todo = sum(len(group) for group in groups)
-  # Ctrl-C checkpoints and stops from before the first line a user (or a test) reacts to: a
-  # launcher started with SIGINT ignored (in the background of a shell) would lose it.
-  previous = {s: signal.signal(s, _interrupt) for s in (signal.SIGTERM, signal.SIGINT)}
-  runner: executors.Local | executors.Slurm | None = None
+
+
+def _train(runner: executors.Executor, kind: experiment.Experiment,
+           plans: list[planning.RunPlan], names: list[str], jobs: list[tuple[dict, list[int]]],
+           reasons: dict[int, str], statuses: dict[int, str], job_folder: pathlib.Path) -> bool:
+  """Runs the jobs (with their runs' indices) on ``runner`` under a progress bar; a run that
+  does not end gets its status (a failed one its reason). Returns whether a signal stopped it."""
+  index = {run.folder.absolute(): i for i, run in enumerate(plans)}
+  weights = {job['id']: sum(kind.work(plans[i].config) for i in group)
+             for job, group in jobs}
+  done = {job['id']: plans[group[0]].step for job, group in jobs}
+  total = sum(weights[job['id']] * plans[group[0]].config.steps for job, group in jobs)
+  signals: list[int] = []
+
+  def stop(signum: int, frame: Any) -> None:
+    del frame
+    signals.append(signum)
+    runner.stop()
+
+  def on_end(job: dict, result: dict) -> None:
+    for run in result['runs']:
+      i = index[pathlib.Path(run['folder'])]
+      if run['status'] in run_folder.ENDED:
+        bar.write(f'{names[i]}: {run["status"]}')
+        continue
+      statuses[i], why = run['status'], run['reason'] or run['status']
+      if run['status'] != 'interrupted':
+        reasons[i] = why
+      bar.write(f'{names[i]}: ' + ('' if run['status'] == 'interrupted' else 'failed: ') + why)
+
+  def on_progress(job: dict, step: int) -> None:
+    if step > done[job['id']]:
+      bar.update((step - done[job['id']]) * weights[job['id']])
+      done[job['id']] = step
+
+  # Stopping from before the first line a user (or a test) reacts to; a launcher started with
+  # SIGINT ignored (in the background of a shell) would lose Ctrl-C.
+  previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
   try:
-    _print(f'{len(plans)} runs: {ended} ended already, {len(reasons)} failed their checks, '
-           f'{todo} to train' + (f' ({resuming} from their checkpoints)' if resuming else '')
-           + f' in {len(jobs)} job(s)'
-           + (f' on {processes} process(es) x {threads} core(s)' if local else ' on Slurm'))
+    ended = sum(run.action == 'ended' for run in plans)
+    resuming = sum(run.action == 'resume' and run.step > 0 for run in plans)
+    refused = sum(run.action == 'refused' for run in plans)
+    _print(f'{len(plans)} runs: {ended} ended already, {refused} failed their checks, '
+           f'{sum(len(group) for _, group in jobs)} to train'
+           + (f' ({resuming} from their checkpoints)' if resuming else '')
+           + f' in {len(jobs)} job(s) {runner.where}')
     job_folder.mkdir(exist_ok=True)
     for stale in job_folder.glob('*.json'):  # results of an earlier launch
       stale.unlink()
-    if local:
-      runner = executors.Local(processes, threads, job_folder, stall_seconds)
-    else:
-      runner = executors.Slurm(workdir, slurm or {})
-    index = {run.folder.absolute(): i for i, run in enumerate(plans)}
-    weights = {job['id']: sum(experiment.work(plans[i].config) for i in group)
-               for job, group in zip(jobs, groups)}
-    done = {job['id']: plans[group[0]].step for job, group in zip(jobs, groups)}
-    total = sum(weights[job['id']] * plans[group[0]].config.steps for job, group in
-                zip(jobs, groups))
     with tqdm.tqdm(total=total, initial=sum(weights[j] * done[j] for j in done), unit='work',
                    file=sys.stdout, disable=not jobs,
                    bar_format='{l_bar}{bar}| {percentage:3.0f}% [{elapsed}<{remaining}]') as bar:
-      if isinstance(runner, executors.Local):
-        runner.say = bar.write
-
-      def on_progress(job: dict, step: int) -> None:
-        if step > done[job['id']]:
-          bar.update((step - done[job['id']]) * weights[job['id']])
-          done[job['id']] = step
-
-      def on_end(job: dict, result: dict) -> None:
-        for run in result['runs']:
-          i = index[pathlib.Path(run['folder'])]
-          if run['status'] in run_folder.ENDED:
-            bar.write(f'{names[i]}: {run["status"]}')
-          else:
-            reasons[i] = run['reason'] or run['status']
-            bar.write(f'{names[i]}: failed: {reasons[i]}')
-
-      runner.run(jobs, on_end, on_progress)
-  except KeyboardInterrupt:
-    if runner is not None:
-      runner.stop()
-    kept = sum((run_folder.read_json(run.folder / run_folder.SUMMARY) or {}).get('status')
-               in run_folder.ENDED for run in plans)
-    _print(f'\ninterrupted: {kept} of {len(plans)} runs have ended and are kept, the others '
-           'keep their last checkpoint; run the same command again to resume')
-    return 130
+      runner.run([job for job, _ in jobs], on_end, on_progress, bar.write)
   finally:
     for signum, handler in previous.items():
       signal.signal(signum, handler)
+  return bool(signals)
+
+
+def _tables(kind: experiment.Experiment, plans: list[planning.RunPlan],
+            overrides: list[dict], names: list[str], keys: list[str], statuses: dict[int, str],
+            workdir: pathlib.Path, command_line: dict | None) -> tuple[str, int]:
+  """Writes the sweep's tables (``report.write``; SweepError where it cannot); returns the
+  per-run table and how many runs have ended."""
   runs = []
   for i, (run, values, name) in enumerate(zip(plans, overrides, names)):
     summary = run_folder.read_json(run.folder / run_folder.SUMMARY)
-    status = 'failed' if i in reasons else (summary or {}).get('status') or 'missing'
-    runs.append({'name': name, 'values': values, 'config': experiments.as_dict(run.config),
+    status = ('failed' if run.action == 'refused' else statuses.get(i)
+              or (summary or {}).get('status') or 'missing')
+    runs.append({'name': name, 'values': values, 'config': experiment.as_dict(run.config),
                  'summary': summary if status in run_folder.ENDED else None,
                  'timing': run_folder.read_json(run.folder / run_folder.TIMING),
                  'status': status})
   try:
-    table = report.write(runs, keys, experiment, workdir, command_line)
+    table = report.write(runs, keys, kind, workdir, command_line)
   except OSError as error:
     raise SweepError(f'cannot write the tables to {workdir}: {error}') from None
-  _print(table)
-  _print(f'{len(plans)} runs ({len(reasons)} failed); tables: {workdir / "results.md"}, '
-         'results.csv' + (', results_over_seeds.md' if 'seed' in keys and len(keys) > 1 else ''))
-  os.close(lock)
-  for i, why in sorted(reasons.items()):
-    print(f'failed: {names[i]}: {why}', file=sys.stderr)
-  return 1 if reasons else 0
-
-
-def _interrupt(signum: int, frame: Any) -> None:
-  del signum, frame
-  raise KeyboardInterrupt()
+  return table, sum(run['status'] in run_folder.ENDED for run in runs)

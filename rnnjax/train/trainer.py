@@ -13,14 +13,12 @@ change no program (initial params, seed, learning rate, clip threshold) train as
 
 A step that is not finite is never applied (params are always the last finite ones); with
 ``on_divergence='skip'`` it counts as skipped and training goes on, with 'stop' the run stops
-there. A task with ``solved`` stops a run once solved (checked every ``solved_every`` steps).
-A task with ``validate`` is scored on held-out data every ``validate_every`` steps, and with
-``plateau_decay`` < 1 the learning rate follows the validation loss as Mikolov's RNNLM
-toolkit does (``plateau``): once a check improves on the last by less than the relative
-``plateau_threshold`` the rate is multiplied by ``plateau_decay`` at every check, and the next
-check that improves by less ends the run (converged).
-``task.batch(t)`` is a function of t alone and the carry and key are checkpointed, so a run
-killed at any moment and rerun gives the same params, metrics and summary, bit for bit.
+there. A task with ``solved`` stops a run once solved (checked every ``solved_every`` steps);
+one with ``validate`` is scored on held-out data every ``validate_every`` steps, its learning
+rate following the validation loss by Mikolov's rule (``plateau``) where ``plateau_decay`` < 1.
+The loop's periodic actions are data (``cadences``, ``itstime``). ``task.batch(t)`` is a
+function of t alone and the carry and key are checkpointed, so a run killed at any moment and
+rerun gives the same params, metrics and summary, bit for bit.
 
 Units: a task's loss is in its ``loss_unit`` (default nats, a cross-entropy); for nats the
 metrics and summary also give bits = nats / ln 2, for any other unit (a regression's squared
@@ -47,8 +45,8 @@ from rnnjax.train import devices
 from rnnjax.train import optimizers
 from rnnjax.train import records
 
-__all__ = ['Task', 'TrainState', 'Interrupted', 'Programs', 'initial_state', 'train',
-           'host_spectral_radii', 'unstack', 'LOGGED', 'TOTALS']
+__all__ = ['Task', 'TrainState', 'Interrupted', 'Programs', 'Cadence', 'initial_state', 'train',
+           'cadences', 'itstime', 'plateau', 'host_spectral_radii', 'unstack', 'LOGGED', 'TOTALS']
 
 
 class Task(NamedTuple):
@@ -300,6 +298,11 @@ def host_spectral_radii(weights: np.ndarray) -> np.ndarray:
   return np.array([initializers.host_spectral_radius(w) for w in weights], np.float32)
 
 
+def _in_bits(task: Task, loss: float) -> dict[str, float]:
+  """``{'bits': loss / ln 2}`` for a loss in nats; nothing for a loss of another unit."""
+  return {'bits': loss / math.log(2)} if task.loss_unit == 'nats' else {}
+
+
 def plateau(loss: float, last: float, decaying: bool, threshold: float
             ) -> tuple[bool, bool]:
   """Mikolov's learning-rate rule at one validation check: ``(decaying, converged)`` after a
@@ -319,14 +322,252 @@ def plateau(loss: float, last: float, decaying: bool, threshold: float
   return True, decaying
 
 
-def _in_bits(task: Task, loss: float) -> dict[str, float]:
-  """``{'bits': loss / ln 2}`` for a loss in nats; nothing for a loss of another unit."""
-  return {'bits': loss / math.log(2)} if task.loss_unit == 'nats' else {}
-
-
 def _profile(values: np.ndarray) -> dict[str, float]:
   return {str(k): float(v) for k, v in zip(diagnostics.PROFILE_DISTANCES, values)
           if not math.isnan(v)}
+
+
+class Cadence(NamedTuple):
+  """When a periodic action of the loop is due (``itstime``)."""
+  every: int  # steps between two (0: only at the steps below)
+  first: bool = False  # also at step 1
+  last: bool = False  # also at the last step
+
+
+def itstime(cadence: Cadence, step: int, steps: int) -> bool:
+  """Whether ``cadence``'s action is due at ``step`` (1 to ``steps``), as big_vision's
+  ``itstime``."""
+  return bool((cadence.every and step % cadence.every == 0) or (cadence.first and step == 1)
+              or (cadence.last and step == steps))
+
+
+def cadences(task: Task, config: ConfigDict) -> dict[str, Cadence]:
+  """The loop's periodic actions, as data: 'validate' (a task with ``validate``), 'log' (also
+  at every validation), 'solved' (a task with ``solved``) and 'checkpoint' (also when every
+  run has stopped)."""
+  return {'validate': Cadence(config.validate_every if task.validate else 0),
+          'log': Cadence(config.log_every, first=True, last=True),
+          'solved': Cadence(task.solved_every if task.solved else 0),
+          'checkpoint': Cadence(config.checkpoint_every, last=True)}
+
+
+class _Group:
+  """A group's training but its loop: its placement, what it reads and writes (checkpoints,
+  metrics.jsonl, TensorBoard), the actions the loop takes at a step, and the seconds each
+  phase took (``charge``)."""
+
+  def __init__(self, task: Task, configs: Sequence[ConfigDict],
+               folders: Sequence[pathlib.Path] | None, writer: bool, programs: Programs):
+    self.task, self.configs, self.runs, self.programs = task, configs, len(configs), programs
+    self.where = devices.placement(configs[0].get('layout', 'auto'), self.runs, task.batch(1))
+    self.paths, self.writer = list(folders or ()), writer and folders is not None
+    self.stores, self.boards, self.seconds = list[Any](), list[Any](), dict[str, float]()
+    self.lines: list[list[dict]] = [[] for _ in range(self.runs)]
+    self.mark, self.compiled_before = time.perf_counter(), programs.compile_seconds
+
+  def charge(self, phase: str | None) -> None:
+    """The time since the last charge, to ``phase`` (None: to no phase)."""
+    now = time.perf_counter()
+    if phase:
+      self.seconds[phase] = self.seconds.get(phase, 0.0) + now - self.mark
+    self.mark = now
+
+  def start(self, state: TrainState, folders: Sequence[pathlib.Path] | None
+            ) -> tuple[TrainState, int]:
+    """The state placed on the devices, restored from the runs' checkpoints where there are
+    any, and the step it is at; opens the checkpoints and the writers."""
+    resumed = 0
+    if folders is not None:
+      self.stores = [checkpoints.manager(folder) for folder in self.paths]
+      target = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(
+          x.shape, x.dtype, sharding=devices.replicated(self.where)), _run(state, 0))
+      resumed, restored = checkpoints.restore_group(self.paths, target)
+      if resumed:
+        state = devices.to_host(_stack([s._replace(step=None) for s in restored])._replace(
+            step=restored[0].step))
+    if self.writer:
+      self.lines = [records.cut_metrics(folder, resumed) for folder in self.paths]
+      # resumed + 1 from step 0 too: a start killed before its first checkpoint left events
+      self.boards = [records.tensorboard(folder, resumed + 1) for folder in self.paths]
+    state = devices.place_state(self.where, state)
+    logging.info('%d run(s) on %s', self.runs, devices.describe(self.where))
+    if resumed:
+      logging.info('resumed %d run(s) from the checkpoint of step %d', self.runs, resumed)
+    for folder in self.paths if self.writer else []:
+      moved = records.record_devices(folder, devices.describe(self.where), resumed)
+      if moved:
+        logging.warning('%s', moved)
+    self.charge('setup')
+    return state, resumed
+
+  def stopped(self, state: TrainState) -> bool:
+    """Whether every run has stopped (diverged, solved, converged)."""
+    return bool(np.all(devices.to_host(state.stopped)))
+
+  def step(self, state: TrainState, step: int, due: dict[str, bool]) -> tuple[TrainState, bool]:
+    """Step ``step`` (the module docstring's rule) and the actions ``due`` at it but the
+    checkpoint (measure the params and carry it starts from and log, validate, check solved);
+    returns the state and whether every run has stopped (at most at such an action)."""
+    batch = devices.place_batch(self.where, self.task.batch(step))
+    self.charge('train_steps')
+    step_executable = self.programs.compiled('step', state, batch)
+    if due['log']:
+      self.programs.compiled('measure', state, batch)
+    self.charge(None)  # compilation: ``programs.compile_seconds``
+    if due['log']:  # measured on the params and carry this step starts from
+      jax.block_until_ready(state)
+      self.charge('train_steps')
+      measured = self.measure(state, batch)
+      self.charge('metrics')
+    state = step_executable(state, batch)
+    if due['log'] or devices.needs_one_step_at_a_time(self.where):
+      jax.block_until_ready(state)
+    if not (due['log'] or due['solved']):
+      return state, False
+    self.charge('train_steps')
+    validation = self.validate(state) if due['validate'] else {}
+    state = self.log(state, step, measured, validation) if due['log'] else state
+    state = self.check_solved(state, step) if due['solved'] else state
+    state = self.follow_plateau(state, step, validation) if due['validate'] else state
+    all_stopped = self.stopped(state)
+    self.charge('metrics')
+    return state, all_stopped
+
+  def save(self, state: TrainState, step: int) -> None:
+    """Checkpoints each run's whole state at ``step``."""
+    self.charge('train_steps')
+    host = devices.to_host(state)
+    for i, store in enumerate(self.stores):
+      checkpoints.save(store, step, _run(host, i))
+    self.charge('checkpoint')
+
+  def measure(self, state: TrainState, batch: Any) -> tuple:
+    """``Programs.measure`` on the host, the spectral radii solved there."""
+    weights, profile, exponent = devices.to_host(
+        self.programs.compiled('measure', state, batch)(state, batch))
+    return host_spectral_radii(weights), profile, exponent
+
+  def _name(self, i: int) -> str:
+    return f'run {i}: ' if self.runs > 1 else ''
+
+  def log(self, state: TrainState, step: int, measured: tuple, validation: dict[int, float]
+          ) -> TrainState:
+    """Each going run's metrics line (``train``'s docstring); the interval starts anew."""
+    radius, profile, exponent = measured
+    stopped, interval, rate = devices.to_host((state.stopped, state.interval,
+                                               state.opt_state.hyperparams['learning_rate']))
+    for i in range(self.runs):
+      if stopped[i]:  # stopped in this interval or before: no more lines
+        continue
+      values = _reduced(interval, LOGGED, i)
+      line = {'step': step, 'loss': values['loss'], **_in_bits(self.task, values['loss']),
+              **values, 'clipped': bool(values['clipped']), 'skipped': int(values['skipped']),
+              'measured_spectral_radius': float(radius[i]), 'profile': _profile(profile[i])}
+      if not math.isnan(exponent[i]):
+        line['largest_lyapunov_exponent'] = float(exponent[i])
+      if i in validation:  # the rate the steps up to this one took
+        line.update(validation_loss=validation[i], learning_rate=float(rate[i]))
+      self.lines[i].append(line)
+      if self.writer:
+        records.append_metrics(self.paths[i], line)
+        records.write_scalars(self.boards[i], line)
+      logging.info('%sstep %d/%d  loss %.4f %s%s  grad norm %.3g%s', self._name(i),
+                   step, self.configs[0].steps, line['loss'], self.task.loss_unit,
+                   f' ({line["bits"]:.3f} bits)' if 'bits' in line else '', line['grad_norm'],
+                   f'  skipped {line["skipped"]}' if line['skipped'] else '')
+    return state._replace(interval=jax.tree_util.tree_map(jnp.zeros_like, state.interval))
+
+  def check_solved(self, state: TrainState, step: int) -> TrainState:
+    """Stops each going run that ``task.solved`` says is solved."""
+    assert self.task.solved is not None  # the 'solved' cadence is never due without it
+    stopped = np.array(devices.to_host(state.stopped))
+    params = unstack(devices.to_host(state.params), self.runs)
+    newly = [i for i in range(self.runs)
+             if not stopped[i] and self.task.solved(self.configs[i], params[i])]
+    for i in newly:
+      stopped[i] = step
+      logging.info('%ssolved at step %d', self._name(i), step)
+    return state._replace(stopped=devices.put_like(stopped, state.stopped)) if newly else state
+
+  def validate(self, state: TrainState) -> dict[int, float]:
+    """The validation loss of each run still going, by its index."""
+    assert self.task.validate is not None  # the 'validate' cadence is never due without it
+    stopped = devices.to_host(state.stopped)
+    params = unstack(devices.to_host(state.params), self.runs)
+    return {i: float(self.task.validate(self.configs[i], params[i])) for i in range(self.runs)
+            if not stopped[i]}
+
+  def follow_plateau(self, state: TrainState, step: int, validation: dict[int, float]
+                     ) -> TrainState:
+    """``plateau`` for each run validated: its learning rate, decay and stop."""
+    hyper = dict(state.opt_state.hyperparams)
+    last, decaying, converged, stopped, rate = (np.array(a) for a in devices.to_host((
+        state.validation, state.decaying, state.converged, state.stopped,
+        hyper['learning_rate'])))
+    for i, loss in validation.items():
+      if self.configs[i].plateau_decay < 1:
+        decaying[i], converged[i] = plateau(loss, float(last[i]), bool(decaying[i]),
+                                            self.configs[i].plateau_threshold)
+        if converged[i]:
+          stopped[i] = step
+          logging.info('%sconverged at step %d', self._name(i), step)
+        elif decaying[i]:
+          rate[i] *= np.float32(self.configs[i].plateau_decay)
+      last[i] = loss
+    hyper['learning_rate'] = devices.put_like(rate, state.opt_state.hyperparams['learning_rate'])
+    return state._replace(
+        opt_state=state.opt_state._replace(hyperparams=hyper),
+        validation=devices.put_like(last, state.validation),
+        decaying=devices.put_like(decaying, state.decaying),
+        converged=devices.put_like(converged, state.converged),
+        stopped=devices.put_like(stopped, state.stopped))
+
+  def finish(self, state: TrainState, step: int) -> tuple[list, list[dict], dict[str, float]]:
+    """``train``'s return value, the final params measured on the batch of ``step``; closes
+    the checkpoints and the writers."""
+    jax.block_until_ready(state)
+    self.charge('train_steps')
+    final = (np.full((self.runs,), np.nan, np.float32),
+             np.full((self.runs, len(diagnostics.PROFILE_DISTANCES)), np.nan, np.float32),
+             np.full((self.runs,), np.nan, np.float32))
+    if self.task.probe or self.task.recurrent_weight:  # the saved params, measured
+      final = self.measure(state, devices.place_batch(self.where, self.task.batch(max(step, 1))))
+    self.charge('metrics')
+    self.seconds['compile'] = self.programs.compile_seconds - self.compiled_before
+    for closable in self.stores + self.boards:
+      closable.close()
+    host = devices.to_host(state)
+    validated = self.configs[0].validate_every and self.task.validate
+    out = []
+    for i in range(self.runs):
+      totals, stopped_at = _reduced(host.totals, TOTALS, i), int(host.stopped[i])
+      diverged, converged = bool(host.diverged[i]), bool(host.converged[i])
+      start, last = (self.lines[i][0], self.lines[i][-1]) if self.lines[i] else ({}, {})
+      out.append({
+          'status': 'diverged' if diverged else 'finished',
+          'steps_done': int(totals['steps_done']),
+          'diverged_step': stopped_at if diverged else None,
+          'solved_step': stopped_at if stopped_at and not (diverged or converged) else None,
+          **({'converged_step': stopped_at if converged else None,
+              'validation_loss': float(host.validation[i]),
+              'final_learning_rate': float(host.opt_state.hyperparams['learning_rate'][i])}
+             if validated else {}),
+          'skipped_steps': int(totals['skipped_steps']),
+          'clipped_fraction': (0.0 if math.isnan(totals['clipped_fraction'])
+                               else totals['clipped_fraction']),
+          'max_grad_norm': totals['max_grad_norm'],
+          'train_loss': last.get('loss', math.nan), 'loss_unit': self.task.loss_unit,
+          **({'train_loss_nats': last.get('loss', math.nan),
+              'train_loss_bits': last.get('bits', math.nan)}
+             if self.task.loss_unit == 'nats' else {}),
+          'final_measured_spectral_radius': float(final[0][i]),
+          'first_profile': start.get('profile', {}),
+          'first_largest_lyapunov_exponent': start.get('largest_lyapunov_exponent'),
+          'final_largest_lyapunov_exponent': (None if math.isnan(final[2][i])
+                                              else float(final[2][i])),
+          'final_profile': _profile(final[1][i]),
+      })
+    return unstack(host.params, self.runs), out, self.seconds
 
 
 def train(task: Task, configs: Sequence[ConfigDict], folders: Sequence[pathlib.Path] | None = None,
@@ -335,14 +576,12 @@ def train(task: Task, configs: Sequence[ConfigDict], folders: Sequence[pathlib.P
           ) -> tuple[list, list[dict], dict[str, float]]:
   """Trains a group of runs to ``config.steps``, resuming from their checkpoints.
 
-  Every logged step (1, each ``log_every``, the last) appends to each run's metrics.jsonl
-  and TensorBoard events: loss (in the task's ``loss_unit``, mean of the finite steps since
-  the last line), bits (for a loss in nats),
-  grad_norm (pre-clip global norm), max_grad_norm, clipped (this step), clipped_fraction,
-  update_norm, skipped (since the last line), and measured_spectral_radius and the
-  gradient-norm profile {k: ||dL/dh_{T-k}|| / ||dL/dh_T||} of the params and carry the step
-  started from. A stopped run gets no more lines. Each run's whole state is checkpointed
-  every ``checkpoint_every`` steps and at the end.
+  Every logged step (``cadences``) appends to each run's metrics.jsonl and TensorBoard
+  events: loss (in the task's ``loss_unit``, mean of the finite steps since the last line),
+  bits (for a loss in nats), grad_norm (pre-clip global norm), max_grad_norm, clipped (this step), clipped_fraction, update_norm, skipped
+  (since the last line), measured_spectral_radius and the gradient-norm profile
+  {k: ||dL/dh_{T-k}|| / ||dL/dh_T||} of the params and carry the step started from, and at a
+  validation the validation_loss and learning_rate. A stopped run gets no more lines.
 
   Args:
     task: the experiment's ``Task``.
@@ -356,217 +595,35 @@ def train(task: Task, configs: Sequence[ConfigDict], folders: Sequence[pathlib.P
 
   Returns:
     ``(params, records, seconds)``: R final params (the last finite ones, those saved), R
-    dicts (status 'finished' or 'diverged', steps_done, diverged_step, solved_step,
-    skipped_steps, clipped_fraction, max_grad_norm, train_loss and loss_unit of the last
-    logged interval (for nats also train_loss_nats and train_loss_bits), first_profile at
-    initialization, final_measured_spectral_radius and final_profile of the saved params on
-    the last batch, and the largest Lyapunov exponent first and final) and the seconds per
-    phase.
+    dicts (status 'finished' or 'diverged', steps_done, diverged_step, solved_step, with
+    validations converged_step, validation_loss and final_learning_rate, skipped_steps,
+    clipped_fraction, max_grad_norm, train_loss and loss_unit of the last logged interval (for
+    nats also train_loss_nats and train_loss_bits), first_profile at initialization, final_measured_spectral_radius and
+    final_profile of the saved params on the last batch, and the largest Lyapunov exponent
+    first and final) and the seconds per phase.
 
   Raises:
     Interrupted: when ``stop_requested`` said so (after checkpointing).
     checkpoints.CheckpointError: a checkpoint that cannot be read for a reason
       other than damage (one line naming the file and the cause).
   """
-  seconds: dict[str, float] = {}
-  mark = [time.perf_counter()]
-
-  def charge(phase: str | None) -> None:  # the time since the last charge, to ``phase``
-    now = time.perf_counter()
-    if phase:
-      seconds[phase] = seconds.get(phase, 0.0) + now - mark[0]
-    mark[0] = now
-
-  first, runs = configs[0], len(configs)
+  first = configs[0]
   programs = programs or Programs(task, first)
   state = initial_state(task, configs)
-  where = devices.placement(first.get('layout', 'auto'), runs, task.batch(1))
-  stores, boards, resumed, paths = [], [], 0, list(folders or ())
-  lines: list[list[dict]] = [[] for _ in range(runs)]
-  writer = writer and folders is not None
-  if folders is not None:
-    stores = [checkpoints.manager(folder) for folder in paths]
-    target = jax.tree_util.tree_map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=devices.replicated(where)),
-        _run(state, 0))
-    resumed, restored = checkpoints.restore_group(paths, target)
-    if resumed:
-      state = devices.to_host(_stack([s._replace(step=None) for s in restored])._replace(
-          step=restored[0].step))
-  if writer:
-    lines = [records.cut_metrics(folder, resumed) for folder in paths]
-    # resumed + 1 from step 0 too: a start killed before its first checkpoint left events
-    boards = [records.tensorboard(folder, resumed + 1) for folder in paths]
-  state = devices.place_state(where, state)
-  logging.info('%d run(s) on %s', runs, devices.describe(where))
-  if resumed:
-    logging.info('resumed %d run(s) from the checkpoint of step %d', runs, resumed)
-  for folder in paths if writer else []:
-    moved = records.record_devices(folder, devices.describe(where), resumed)
-    if moved:
-      logging.warning('%s', moved)
-  compiled_before = programs.compile_seconds
-  charge('setup')
-
-  def save(state: TrainState, step: int) -> None:
-    charge('train_steps')
-    host = devices.to_host(state)
-    for i, store in enumerate(stores):
-      checkpoints.save(store, step, _run(host, i))
-    charge('checkpoint')
-
-  def log(state: TrainState, step: int, measured: tuple, validation: dict[int, float]
-          ) -> TrainState:
-    radius, profile, exponent = measured
-    stopped, interval, rate = devices.to_host((state.stopped, state.interval,
-                                               state.opt_state.hyperparams['learning_rate']))
-    for i in range(runs):
-      if stopped[i]:  # stopped in this interval or before: no more lines
-        continue
-      values = _reduced(interval, LOGGED, i)
-      line = {'step': step, 'loss': values['loss'], **_in_bits(task, values['loss']),
-              **values, 'clipped': bool(values['clipped']), 'skipped': int(values['skipped']),
-              'measured_spectral_radius': float(radius[i]), 'profile': _profile(profile[i])}
-      if not math.isnan(exponent[i]):
-        line['largest_lyapunov_exponent'] = float(exponent[i])
-      if i in validation:  # the rate the steps up to this one took
-        line.update(validation_loss=validation[i], learning_rate=float(rate[i]))
-      lines[i].append(line)
-      if writer:
-        records.append_metrics(paths[i], line)
-        records.write_scalars(boards[i], line)
-      logging.info('%sstep %d/%d  loss %.4f %s%s  grad norm %.3g%s',
-                   f'run {i}: ' if runs > 1 else '', step, first.steps, line['loss'],
-                   task.loss_unit, f' ({line["bits"]:.3f} bits)' if 'bits' in line else '',
-                   line['grad_norm'], f'  skipped {line["skipped"]}' if line['skipped'] else '')
-    return state._replace(interval=jax.tree_util.tree_map(jnp.zeros_like, state.interval))
-
-  def check_solved(state: TrainState, step: int) -> TrainState:
-    stopped = np.array(devices.to_host(state.stopped))
-    params = unstack(devices.to_host(state.params), runs)
-    newly = [i for i in range(runs) if not stopped[i] and solved(configs[i], params[i])]
-    for i in newly:
-      stopped[i] = step
-      logging.info('%ssolved at step %d', f'run {i}: ' if runs > 1 else '', step)
-    return state._replace(stopped=devices.put_like(stopped, state.stopped)) if newly else state
-
-  def validate(state: TrainState) -> dict[int, float]:
-    """The validation loss of each run still going, by its index."""
-    assert task.validate is not None  # validated only where the task has one
-    stopped = devices.to_host(state.stopped)
-    params = unstack(devices.to_host(state.params), runs)
-    return {i: float(task.validate(configs[i], params[i])) for i in range(runs)
-            if not stopped[i]}
-
-  def follow_plateau(state: TrainState, step: int, validation: dict[int, float]) -> TrainState:
-    """``plateau`` for each run validated: its learning rate, decay and stop."""
-    hyper = dict(state.opt_state.hyperparams)
-    last, decaying, converged, stopped, rate = (np.array(a) for a in devices.to_host((
-        state.validation, state.decaying, state.converged, state.stopped,
-        hyper['learning_rate'])))
-    for i, loss in validation.items():
-      if configs[i].plateau_decay < 1:
-        decaying[i], converged[i] = plateau(loss, float(last[i]), bool(decaying[i]),
-                                            configs[i].plateau_threshold)
-        if converged[i]:
-          stopped[i] = step
-          logging.info('%sconverged at step %d', f'run {i}: ' if runs > 1 else '', step)
-        elif decaying[i]:
-          rate[i] *= np.float32(configs[i].plateau_decay)
-      last[i] = loss
-    hyper['learning_rate'] = devices.put_like(rate, state.opt_state.hyperparams['learning_rate'])
-    return state._replace(
-        opt_state=state.opt_state._replace(hyperparams=hyper),
-        validation=devices.put_like(last, state.validation),
-        decaying=devices.put_like(decaying, state.decaying),
-        converged=devices.put_like(converged, state.converged),
-        stopped=devices.put_like(stopped, state.stopped))
-
-  def measure(state: TrainState, batch: Any) -> tuple:
-    weights, profile, exponent = devices.to_host(
-        programs.compiled('measure', state, batch)(state, batch))
-    return host_spectral_radii(weights), profile, exponent
-
-  solved: Callable = task.solved or (lambda config, params: False)
-  step = resumed
-  all_stopped = bool(resumed) and bool(np.all(devices.to_host(state.stopped)))
+  group = _Group(task, configs, folders, writer, programs)
+  state, step = group.start(state, folders)
+  periodic = cadences(task, first)
+  all_stopped = bool(step) and group.stopped(state)
   while step < first.steps and not all_stopped:
     step += 1
-    batch = devices.place_batch(where, task.batch(step))
-    checked = bool(task.solved and task.solved_every and step % task.solved_every == 0)
-    validated = bool(task.validate and first.validate_every and
-                     step % first.validate_every == 0)
-    logged = (step == 1 or step % first.log_every == 0 or step == first.steps or validated)
-    charge('train_steps')
-    step_executable = programs.compiled('step', state, batch)
-    if logged:
-      programs.compiled('measure', state, batch)
-    charge(None)  # compilation: ``programs.compile_seconds``
-    if logged:  # measured on the params and carry this step starts from
-      jax.block_until_ready(state)
-      charge('train_steps')
-      measured = measure(state, batch)
-      charge('metrics')
-    state = step_executable(state, batch)
-    if logged or devices.needs_one_step_at_a_time(where):
-      jax.block_until_ready(state)
-    if logged or checked:
-      charge('train_steps')
-      validation = validate(state) if validated else {}
-      state = log(state, step, measured, validation) if logged else state
-      state = check_solved(state, step) if checked else state
-      state = follow_plateau(state, step, validation) if validated else state
-      all_stopped = bool(np.all(devices.to_host(state.stopped)))
-      charge('metrics')
-    if step == first.steps or all_stopped or (first.checkpoint_every and
-                                              step % first.checkpoint_every == 0):
-      save(state, step)
+    due = {name: itstime(cadence, step, first.steps) for name, cadence in periodic.items()}
+    due['log'] = due['log'] or due['validate']
+    state, all_stopped = group.step(state, step, due)
+    if due['checkpoint'] or all_stopped:
+      group.save(state, step)
     if on_progress is not None:
       on_progress(step)
     if stop_requested is not None and stop_requested() and not all_stopped:
-      save(state, step)
+      group.save(state, step)
       raise Interrupted(f'stopped on request after step {step}; a checkpoint of it was saved')
-  jax.block_until_ready(state)
-  charge('train_steps')
-  final = (np.full((runs,), np.nan, np.float32),
-           np.full((runs, len(diagnostics.PROFILE_DISTANCES)), np.nan, np.float32),
-           np.full((runs,), np.nan, np.float32))
-  if task.probe or task.recurrent_weight:  # the saved params, measured
-    final = measure(state, devices.place_batch(where, task.batch(max(step, 1))))
-  charge('metrics')
-  seconds['compile'] = programs.compile_seconds - compiled_before
-  for closable in stores + boards:
-    closable.close()
-
-  host = devices.to_host(state)
-  out = []
-  for i in range(runs):
-    totals, stopped_at, diverged = _reduced(host.totals, TOTALS, i), int(host.stopped[i]), bool(
-        host.diverged[i])
-    converged = bool(host.converged[i])
-    start, last = (lines[i][0], lines[i][-1]) if lines[i] else ({}, {})
-    by_validation = {'converged_step': stopped_at if converged else None,
-                 'validation_loss': float(host.validation[i]),
-                 'final_learning_rate': float(host.opt_state.hyperparams['learning_rate'][i])
-                 } if first.validate_every and task.validate else {}
-    out.append({
-        'status': 'diverged' if diverged else 'finished',
-        'steps_done': int(totals['steps_done']),
-        'diverged_step': stopped_at if diverged else None,
-        'solved_step': stopped_at if stopped_at and not (diverged or converged) else None,
-        **by_validation,
-        'skipped_steps': int(totals['skipped_steps']),
-        'clipped_fraction': (0.0 if math.isnan(totals['clipped_fraction'])
-                             else totals['clipped_fraction']),
-        'max_grad_norm': totals['max_grad_norm'],
-        'train_loss': last.get('loss', math.nan), 'loss_unit': task.loss_unit,
-        **({'train_loss_nats': last.get('loss', math.nan),
-            'train_loss_bits': last.get('bits', math.nan)} if task.loss_unit == 'nats' else {}),
-        'final_measured_spectral_radius': float(final[0][i]),
-        'first_profile': start.get('profile', {}),
-        'first_largest_lyapunov_exponent': start.get('largest_lyapunov_exponent'),
-        'final_largest_lyapunov_exponent': (None if math.isnan(final[2][i])
-                                            else float(final[2][i])),
-        'final_profile': _profile(final[1][i]),
-    })
-  return unstack(host.params, runs), out, seconds
+  return group.finish(state, step)

@@ -1,4 +1,5 @@
-"""Counting: parameters of a model, entries of an n-gram table.
+"""Counting, for the tests of the reference numbers: parameters of a model, entries of an
+n-gram table.
 
 References:
   Zhang, Lipton, Li & Smola, "Dive into Deep Learning", sections 9.3 (n-gram

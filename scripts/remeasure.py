@@ -1,6 +1,6 @@
 """Re-measures the results tables of the README and the docs, each with its study's budget.
 
-  python -m launch.remeasure [--studies=char_lm,temporal_order] [--workdir=results/remeasure]
+  python scripts/remeasure.py [--studies=char_lm,temporal_order] [--workdir=results/remeasure]
 
 Each study is its config's sweep (``python -m launch.sweep``, with the budget its config's
 docstring states); its page's table, headed by the commit and date it was measured at, is

@@ -1,0 +1,94 @@
+"""Slurm: a sweep's jobs as one array job through submitit.
+
+A task that Slurm preempts or requeues (SIGTERM) checkpoints and resumes when it runs again,
+one warned of its time limit (SIGUSR2) checkpoints and requeues itself through submitit. The
+launcher waits for the tasks to leave the queue (``squeue``: no accounting database needed);
+``stop`` cancels them (``scancel``: SIGTERM, so they checkpoint).
+"""
+
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import submitit
+
+from rnnjax.train import executors
+from rnnjax.train import job as jobs
+
+__all__ = ['Slurm', 'SlurmJob']
+
+
+class SlurmJob(submitit.helpers.Checkpointable):
+  """A submitit callable for one job (``checkpoint`` resubmits the same call): SIGTERM stops
+  it at a checkpoint, SIGUSR2 too and then hands the signal to submitit, which requeues it."""
+
+  def __init__(self, job: dict):
+    self.job = job
+
+  def __call__(self) -> dict:
+    requeue = signal.getsignal(signal.SIGUSR2)  # submitit's
+    received = jobs.setup_process(signals=(signal.SIGTERM, signal.SIGUSR2))
+    executors.header(self.job, f'in Slurm job {os.environ.get("SLURM_JOB_ID", "?")}')
+    result = jobs.run_job(self.job, received, log_to_runs=True)
+    if received and received[0] == signal.SIGUSR2 and callable(requeue):
+      requeue(signal.SIGUSR2, None)  # submitit: checkpoint() and requeue
+    return result
+
+
+class Slurm:
+  """An array job on a Slurm cluster through submitit (--slurm.NAME: submitit's parameters)."""
+  OPTIONS = {'slurm_partition': '', 'timeout_min': 60, 'cpus_per_task': 2,
+             'slurm_gpus_per_task': 0, 'mem_gb': 8, 'slurm_account': '', 'slurm_qos': '',
+             'slurm_array_parallelism': 16, 'nodes': 1, 'tasks_per_node': 1}
+  where, parts = 'on Slurm', 1  # a group's runs share one task
+
+  def __init__(self, settings: executors.Settings, poll_seconds: float = 5.0):
+    self.poll_seconds = poll_seconds
+    self.executor = submitit.AutoExecutor(folder=settings.folder / 'slurm', cluster='slurm')
+    self.executor.update_parameters(**{k: v for k, v in settings.options.items() if v})
+    self.stopping = threading.Event()
+
+  def run(self, jobs: list[dict], on_end: executors.OnEnd, on_progress: executors.OnProgress,
+          say: executors.Say) -> None:
+    """``executors.Executor.run``: a job's progress shows when it ends."""
+    del on_progress, say
+    pending: list[tuple[dict, submitit.Job]] = []
+    if jobs and not self.stopping.is_set():
+      with self.executor.batch():
+        pending = [(job, self.executor.submit(SlurmJob(job))) for job in jobs]
+    for job in jobs[len(pending):]:
+      on_end(job, executors.result_of(job, 'not started: the sweep was interrupted',
+                                      'interrupted'))
+    deadline = None
+    while pending:
+      time.sleep(self.poll_seconds)
+      if self.stopping.is_set() and deadline is None:
+        deadline = time.monotonic() + executors.STOP_SECONDS
+        for _, task in pending:
+          task.cancel(check=False)
+      queued, late = self.queued(), deadline is not None and time.monotonic() > deadline
+      if queued is None and not late:
+        continue
+      for job, task in list(pending):
+        if late or task.job_id not in (queued or ()):
+          pending.remove((job, task))
+          on_end(job, executors.result_of(job, f'Slurm job {task.job_id} ended without a '
+                                                f'result; its log: {task.paths.stderr}'))
+
+  @staticmethod
+  def queued() -> set[str] | None:
+    """The ids of the jobs and array tasks Slurm still holds (pending or running), or
+    None when squeue cannot be asked."""
+    try:
+      result = subprocess.run(['squeue', '-h', '-r', '-o', '%i'], capture_output=True,
+                              text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+      return None
+    return set(result.stdout.split()) if result.returncode == 0 else None
+
+  def stop(self) -> None:
+    """Submits nothing more; the launcher cancels the submitted tasks (SIGTERM: their runs
+    checkpoint) within ``poll_seconds`` and waits for them at most ``executors.STOP_SECONDS``."""
+    self.stopping.set()
