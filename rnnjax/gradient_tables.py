@@ -135,17 +135,25 @@ def _linearised(radii: Sequence[float], distances: Sequence[int], hidden_size: i
     w = rng.normal(0, 1, (hidden_size, hidden_size))
     w *= rho / initializers.host_spectral_radius(w)
     delta = rng.normal(0, 1, hidden_size)
-    delta /= np.linalg.norm(delta)
+    delta /= float(norms.vector_norm(delta))
     pre_activations = rng.normal(0, 0.3, (steps, hidden_size))  # as one draw a step
 
-    def step(delta: jax.Array, a: jax.Array, w: jax.Array = jnp.asarray(w, jnp.float32)
-             ) -> tuple[jax.Array, jax.Array]:
-      delta = w.T @ (cells.activation_derivative(jnp.tanh(a), 'tanh') * delta)
-      return delta, norms.vector_norm(delta)
-    _, lengths = jax.lax.scan(step, jnp.asarray(delta, jnp.float32),
-                              jnp.asarray(pre_activations, jnp.float32))
-    host_lengths = np.asarray(lengths)
-    rows[rho] = {k: float(host_lengths[k - 1]) for k in distances}
+    # delta is carried as 2^e u with u's entries below 1 (``norms.scale_exponent``, exact):
+    # at rho = 3 delta passes float32's range near k = 80, and then W^T (tanh' * inf) would
+    # be inf - inf = NaN. ||delta|| = 2^e ||u|| is formed on the host in float64, so a ratio
+    # is neither inf nor 0 where float64 holds it.
+    def step(carry: tuple[jax.Array, jax.Array], a: jax.Array,
+             w: jax.Array = jnp.asarray(w, jnp.float32)
+             ) -> tuple[tuple[jax.Array, jax.Array], tuple[jax.Array, jax.Array]]:
+      unit, exponent = carry
+      unit = w.T @ (cells.activation_derivative(jnp.tanh(a), 'tanh') * unit)
+      shift = norms.scale_exponent(jnp.max(jnp.abs(unit)))
+      unit, exponent = jnp.ldexp(unit, -shift), exponent + shift
+      return (unit, exponent), (norms.vector_norm(unit), exponent)
+    start = (jnp.asarray(delta, jnp.float32), jnp.zeros((), jnp.int32))
+    _, (lengths, exponents) = jax.lax.scan(step, start, jnp.asarray(pre_activations, jnp.float32))
+    host = np.ldexp(np.asarray(lengths, np.float64), np.asarray(exponents))
+    rows[rho] = {k: float(host[k - 1]) for k in distances}
   return rows
 
 
@@ -163,12 +171,16 @@ def _network(radii: Sequence[float], distances: Sequence[int], hidden_size: int,
     size = cell_params['W_xh'].shape[0]
     inputs = jax.random.normal(key_inputs, (sequences, steps, size), dtype)
     direction = jax.random.normal(key_loss, (cell_params['W_hh'].shape[0],), dtype)
+    # dL/dh_T is the direction; scaled (exactly) to a norm in [1/2, 1), every ||dL/dh_{T-k}||
+    # is below the ratio it gives, so no gradient overflows where the ratio fits the dtype.
+    direction = jnp.ldexp(direction, -norms.scale_exponent(norms.vector_norm(direction)))
     initial = jnp.zeros((sequences, cell_params['W_hh'].shape[0]), dtype)
     _, gradients = diagnostics.state_gradients(
         cells.elman('tanh'), cell_params, inputs, initial,
         lambda states: jnp.sum(states[:, -1] @ direction))
-    lengths = norms.vector_norm(gradients, axis=-1)  # [B, T]: each sequence's own loss
-    ratios = np.median(np.stack([np.asarray(lengths[:, -1 - k] / lengths[:, -1])
+    # [B, len(distances)]: each sequence's own ratio, the median over them
+    ratios = np.median(np.stack([np.asarray(norms.norm_ratio(gradients[:, -1 - k],
+                                                             gradients[:, -1]))
                                  for k in distances], axis=1), axis=0)
     label = float(initializers.host_spectral_radius(np.asarray(cell_params['W_hh']))
                   ) if params is not None else rho
@@ -206,7 +218,11 @@ def gradient_norm_table(radii: Sequence[float] = (0.7, 1.0, 1.3),
 
   Returns:
     ``{rho: {k: ratio}}``, each ratio a scalar (Python floats; format it with
-    ``diagnostics.norm_table``).
+    ``diagnostics.norm_table``). No ratio overflows where its value fits: 'linearised'
+    carries delta as 2^e u (u's entries below 1) and forms each ratio in float64, so it is
+    finite and nonzero wherever a float64 is (3^100 at rho 3); 'network' is finite wherever
+    the ratio fits ``dtype`` (its dL/dh_T has a norm below 1, so no dL/dh_{T-k} is larger
+    than its ratio; ``norms.norm_ratio``).
 
   Raises:
     ValueError: naming the argument, for an unknown protocol, radii that are
