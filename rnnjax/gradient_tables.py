@@ -53,6 +53,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rnnjax import cells
+from rnnjax import checks
 from rnnjax import diagnostics
 from rnnjax import initializers
 from rnnjax import norms
@@ -188,6 +189,30 @@ def _network(radii: Sequence[float], distances: Sequence[int], hidden_size: int,
   return rows
 
 
+def _checked_distances(distances: Any) -> tuple[int, ...]:
+  """``distances`` as a non-empty tuple of Python ints >= 1 (numpy's integers are ints)."""
+  try:
+    values = tuple(distances)
+  except TypeError:
+    raise ValueError(f'distances: expected a sequence of ints >= 1, got '
+                     f'{checks.shown(distances)}') from None
+  if not values:
+    raise ValueError('distances: expected at least one distance, got none')
+  return tuple(checks.integer(f'distances[{i}]', k, 1) for i, k in enumerate(values))
+
+
+def _check_cell_params(params: Any) -> None:
+  """An Elman cell's params, not a whole model's: one line naming what is expected."""
+  if not isinstance(params, Mapping) or not {'W_xh', 'W_hh'} <= set(params):
+    given = sorted(params) if isinstance(params, Mapping) else type(params).__name__
+    raise ValueError("params: expected an Elman cell's {'W_xh': [d, H], 'W_hh': [H, H], "
+                     "'b': [H]} (a model's cell: e.g. params['recurrence']['cell'] of a "
+                     f'models.LanguageModel), got {given}')
+  hidden = jnp.shape(params['W_hh'])[-1:]
+  cells.check_step('elman', params, jnp.zeros(hidden), jnp.shape(params['W_xh'])[:1],
+                   ('W_xh', 'W_hh'))
+
+
 def gradient_norm_table(radii: Sequence[float] = (0.7, 1.0, 1.3),
                         distances: Sequence[int] = (20, 40, 60), protocol: str = 'network',
                         hidden_size: int = 64, seed: int = 1, sequences: int = 64,
@@ -202,7 +227,8 @@ def gradient_norm_table(radii: Sequence[float] = (0.7, 1.0, 1.3),
     protocol: 'linearised' or 'network' (the module docstring).
     hidden_size: H, the units: W_hh is ``[H, H]``; a fresh 'network' reads
       inputs ``<float32>[B, T, H]`` (d = H) with T = max(distances) + 1.
-    seed: numpy's seed ('linearised') or ``jax.random.key(seed)`` ('network').
+    seed: an int in [0, 2^63): numpy's seed ('linearised') or ``jax.random.key(seed)``
+      ('network').
     sequences: B, the sequences whose median a 'network' ratio is.
     params: 'network': an Elman cell's params ``{'W_xh': [d, H], 'W_hh': [H, H],
       'b': [H]}`` (a trained run's, e.g.
@@ -225,28 +251,27 @@ def gradient_norm_table(radii: Sequence[float] = (0.7, 1.0, 1.3),
     than its ratio; ``norms.norm_ratio``).
 
   Raises:
-    ValueError: naming the argument, for an unknown protocol, radii that are
-      not finite numbers >= 0, distances that are not ints >= 1, or sizes < 1.
+    ValueError: naming the argument in one line, for an unknown protocol, radii that are
+      not finite numbers >= 0, distances that are not ints >= 1 (numpy's integers are
+      ints), sizes < 1, a seed outside [0, 2^63), or params that are not an Elman cell's
+      (a whole model's, say).
 
   References:
     Pascanu, Mikolov & Bengio (2013), "On the difficulty of training recurrent
     neural networks", eq. 7; the linearised table: ``docs/reference_numbers.md``.
   """
-  if protocol not in PROTOCOLS:
-    raise ValueError(f'protocol: expected one of {PROTOCOLS}, got {protocol!r}')
+  checks.one_of('protocol', protocol, PROTOCOLS)
   radii = tuple(radii)
   for rho in radii:
     initializers.check_radius('radii', rho)
-  distances = tuple(distances)
-  if not distances or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1
-                              for k in distances):
-    raise ValueError(f'distances: expected ints >= 1, got {distances!r}')
-  for name, value in (('hidden_size', hidden_size), ('sequences', sequences)):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-      raise ValueError(f'{name}: expected an int >= 1, got {value!r}')
+  distances = _checked_distances(distances)
+  hidden_size = checks.integer('hidden_size', hidden_size, 1)
+  sequences = checks.integer('sequences', sequences, 1)
+  seed = checks.integer('seed', seed, 0, 2 ** 63 - 1)
   initializers.check_radius('input_scale', input_scale)
-  if isinstance(transient, bool) or not isinstance(transient, int) or transient < 0:
-    raise ValueError(f'transient: expected an int >= 0, got {transient!r}')
+  transient = checks.integer('transient', transient, 0)
+  if params is not None:
+    _check_cell_params(params)
   if protocol == 'linearised':
     return _linearised(radii, distances, hidden_size, seed)
   return _network(radii, distances, hidden_size, seed, sequences, params, float(input_scale),
