@@ -26,18 +26,29 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
+from rnnjax import checks
 from rnnjax.norms import global_norm
 
-__all__ = ['ClipState', 'UpdateState', 'clip', 'clip_pascanu', 'measure_updates',
+__all__ = ['FAMILIES', 'ClipState', 'UpdateState', 'clip', 'clip_pascanu', 'measure_updates',
            'pascanu_clip_updates', 'clip_with_fallback', 'clipped_sgd', 'REFERENCE_THRESHOLD',
            'REFERENCE_FALLBACK_FACTOR', 'REFERENCE_MAX_TRUSTED_NORM']
 
 REFERENCE_THRESHOLD = 1.0  # RNN.py line 495, state['cutoff']
 REFERENCE_FALLBACK_FACTOR = 0.02  # RNN.py line 239
 REFERENCE_MAX_TRUSTED_NORM = 1e10  # RNN.py line 237
+FAMILIES = ('global_norm', 'elementwise')  # of ``clip``
+
+
+def _check_settings(threshold: Any, fallback_factor: Any = REFERENCE_FALLBACK_FACTOR,
+                    max_trusted_norm: Any = REFERENCE_MAX_TRUSTED_NORM) -> None:
+  """The settings of every clipping rule: c > 0 and a trusted norm > 0 (inf allowed; a
+  negative c would flip the gradient's sign), a finite fallback factor; traced values pass
+  (``checks.number``)."""
+  checks.number('threshold', threshold, low=0, low_open=True)
+  checks.number('max_trusted_norm', max_trusted_norm, low=0, low_open=True)
+  checks.number('fallback_factor', fallback_factor, high_open=True, low_open=True)
 
 
 class ClipState(NamedTuple):
@@ -71,8 +82,8 @@ def pascanu_clip_updates(updates: Any, params: Any, threshold: float | jax.Array
     updates: the gradient, a pytree shaped as ``params``.
     params: the current params; they must hold a leaf named
       ``recurrent_name`` (at any depth).
-    threshold: c > 0, a float or a float array (traced, e.g. an injected
-      hyperparameter; it is not checked here).
+    threshold: c > 0 (inf allowed), a float or a float array (traced, e.g. an
+      injected hyperparameter: then checked only for its dtype).
     fallback_factor, max_trusted_norm, recurrent_name: as
       ``clip_with_fallback``.
 
@@ -83,12 +94,14 @@ def pascanu_clip_updates(updates: Any, params: Any, threshold: float | jax.Array
     the gradient.
 
   Raises:
-    ValueError: for params None or without a leaf named ``recurrent_name``
-      (at trace time).
+    ValueError: for a threshold or max_trusted_norm not > 0, a fallback_factor not finite
+      (``checks.number``); params None or without a leaf named ``recurrent_name`` (at trace
+      time).
 
   References:
     RNN.py lines 219-243 of github.com/pascanur/trainingRNNs.
   """
+  _check_settings(threshold, fallback_factor, max_trusted_norm)
   if params is None:
     raise ValueError('params: expected the current params (the fallback replaces the '
                      f'gradient of {recurrent_name!r} by a multiple of it), got None')
@@ -149,11 +162,7 @@ def clip_with_fallback(threshold: float = REFERENCE_THRESHOLD,
   References:
     Pascanu, Mikolov & Bengio (2013), algorithm 1; RNN.py lines 219-243.
   """
-  for name, value in (('threshold', threshold), ('max_trusted_norm', max_trusted_norm)):
-    if not value > 0:
-      raise ValueError(f'{name}: expected a value > 0 (inf allowed), got {value!r}')
-  if not np.isfinite(fallback_factor):
-    raise ValueError(f'fallback_factor: expected a finite value, got {fallback_factor!r}')
+  _check_settings(threshold, fallback_factor, max_trusted_norm)
 
   def init(params: Any) -> Any:
     del params
@@ -176,8 +185,7 @@ def clipped_sgd(learning_rate: float, threshold: float = REFERENCE_THRESHOLD
     ValueError: for learning_rate <= 0 or not finite, or as
       ``clip_with_fallback``.
   """
-  if not 0 < learning_rate < np.inf:
-    raise ValueError(f'learning_rate: expected a finite value > 0, got {learning_rate!r}')
+  checks.number('learning_rate', learning_rate, low=0, low_open=True, high_open=True)
   return optax.chain(clip_with_fallback(threshold), optax.sgd(learning_rate))
 
 
@@ -186,12 +194,19 @@ def clip(family: str, threshold: float | jax.Array) -> optax.GradientTransformat
 
   Args:
     family: 'global_norm' (g <- g min(1, c / ||g||)) or 'elementwise'
-      (each entry clamped to [-c, c]).
-    threshold: c > 0, a float or an array (inf: never clips).
+      (each entry clamped to [-c, c]): one of ``FAMILIES``.
+    threshold: c > 0, a float or an array (inf: never clips; a traced one, e.g. injected
+      by ``optax.inject_hyperparams``, is checked only for its dtype).
 
   Returns:
     an ``optax.GradientTransformation`` whose state is ``ClipState``.
+
+  Raises:
+    ValueError: for a family not in ``FAMILIES`` or a threshold not > 0, in one line
+      (``rnnjax.checks``).
   """
+  checks.one_of('family', family, FAMILIES)
+  _check_settings(threshold)
   def init(params: Any) -> ClipState:
     del params
     return ClipState(jnp.zeros([], jnp.float32), jnp.zeros([], bool))
@@ -231,10 +246,15 @@ def clip_pascanu(threshold: float | jax.Array) -> optax.GradientTransformation:
     pytree shaped as the gradient (with a leaf named 'W_hh'; else ValueError
     at trace time); ``ClipState`` holds ``<float32>[]`` and ``<bool>[]``.
 
+  Raises:
+    ValueError: for a threshold not > 0 (inf allowed), in one line.
+
   References:
     Pascanu, Mikolov & Bengio (2013), algorithm 1; RNN.py lines 219-243 of
     github.com/pascanur/trainingRNNs.
   """
+  _check_settings(threshold)
+
   def init(params: Any) -> ClipState:
     del params
     return ClipState(jnp.zeros([], jnp.float32), jnp.zeros([], bool))

@@ -39,6 +39,7 @@ import jax.numpy as jnp
 from jax.typing import DTypeLike
 
 from rnnjax import cells
+from rnnjax import checks
 from rnnjax import dtypes
 from rnnjax import fused
 from rnnjax import recurrence
@@ -67,14 +68,11 @@ def layer_for(cell: str, activation: cells.Activation = 'tanh') -> Layer:
   Raises:
     ValueError: for an unknown cell, or an unknown Elman activation.
   """
+  checks.one_of('cell', cell, CELLS)
   if cell == 'elman':
     cells.activation_function(activation)  # validates it
     return functools.partial(fused.elman_layer, activation=activation)
-  if cell == 'gru':
-    return functools.partial(recurrence.scan, cells.gru_cell)
-  if cell == 'lstm':
-    return functools.partial(recurrence.scan, cells.lstm_cell)
-  raise ValueError(f'cell: expected one of {CELLS}, got {cell!r}')
+  return functools.partial(recurrence.scan, cells.gru_cell if cell == 'gru' else cells.lstm_cell)
 
 
 def init_stack(key: jax.Array, cell: str, input_size: int, hidden_size: int, layers: int = 1,
@@ -98,12 +96,9 @@ def init_stack(key: jax.Array, cell: str, input_size: int, hidden_size: int, lay
   Raises:
     ValueError: for an unknown cell, layers < 1 or directions not 1 or 2.
   """
-  if cell not in CELLS:
-    raise ValueError(f'cell: expected one of {CELLS}, got {cell!r}')
-  if not isinstance(layers, int) or layers < 1:
-    raise ValueError(f'layers: expected an int >= 1, got {layers!r}')
-  if directions not in (1, 2):
-    raise ValueError(f'directions: expected 1 or 2, got {directions!r}')
+  checks.one_of('cell', cell, CELLS)
+  layers = checks.integer('layers', layers, 1)
+  directions = int(checks.one_of('directions', directions, (1, 2)))
   inits: dict[str, Callable[..., dict[str, jax.Array]]] = {
       'elman': cells.init_elman, 'gru': cells.init_gru, 'lstm': cells.init_lstm}
   init = inits[cell]
@@ -131,8 +126,7 @@ def zero_state(cell: str, layers: int, directions: int, batch_size: int, hidden_
   Raises:
     ValueError: for a cell not in CELLS.
   """
-  if cell not in CELLS:
-    raise ValueError(f'cell: expected one of {CELLS}, got {cell!r}')
+  checks.one_of('cell', cell, CELLS)
   zeros = jnp.zeros((layers, directions, batch_size, hidden_size), dtype)
   return (zeros, zeros) if cell == 'lstm' else zeros
 

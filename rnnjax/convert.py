@@ -17,6 +17,11 @@ ordered layer by layer, so ``h_n.reshape(layers, directions, B, H)`` is the
 combinators' ``[layers, directions, B, H]`` and ``h.reshape(-1, B, H)``
 goes back.
 
+Every entry is read through one rule (``_entry``): its shape is checked against the
+layout above before it is used, and an entry that is missing or of another shape (a bias of
+shape [1], a GRU's [3 H, H] read as an Elman layer's, a non-square ``weight_hh``) is one
+ValueError line naming the entry, the shape expected and the shape given.
+
 A module built with ``bias=False`` has no bias entries and converts to
 cell params without biases (``cells.init_elman(..., biases=0)``), and back.
 
@@ -38,6 +43,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rnnjax import checks
+
 __all__ = ['elman_from_torch', 'elman_to_torch', 'gated_from_torch', 'gated_to_torch',
            'stack_from_torch', 'stack_to_torch']
 
@@ -53,13 +60,97 @@ def _float32(value: Any) -> np.ndarray:
   return np.asarray(value, np.float32)
 
 
-def _getter(state_dict: StateDict, layer: int, suffix: str) -> Callable[[str], np.ndarray]:
-  def get(name: str) -> np.ndarray:
-    key = f'{name}_l{layer}{suffix}'
-    if key not in state_dict:
-      raise KeyError(f'state_dict: no entry {key!r}; it has {sorted(state_dict)}')
-    return _float32(state_dict[key])
-  return get
+BLOCKS = {'elman': 1, 'gru': 3, 'lstm': 4}
+SUFFIXES = ('', '_reverse')
+GATED = (3, 4)  # G of a GRU and of an LSTM
+
+
+def _entry(entries: Mapping[str, Any], where: str, key: str, dims: tuple[str, ...],
+           sizes: dict[str, int], blocks: tuple[int, ...] = GATED, note: str = '',
+           hint: str = '') -> np.ndarray:
+  """``entries[key]`` as a float32 numpy array of shape ``dims``: the rule of every converter.
+
+  Each dim is a name ('H', 'G H', 'd'): a name in ``sizes`` must have that size, any other
+  is bound in ``sizes`` to the size it first has (so ``('H', 'H')`` is a square matrix);
+  'G H' must be G times H for a G of ``blocks``. ``note`` follows the expected shape (' for
+  a gru stack'), ``hint`` the given one where it does not fit.
+
+  Raises:
+    ValueError: in one line, ``where[key]: expected shape [H] = [4], got [1]`` (the sizes
+      known so far put in), or ``where: no entry key (expected shape ...); it has [...]``.
+  """
+  def expected() -> str:
+    text = '[' + ', '.join(dims) + ']'
+    if any(dim in sizes for dim in dims):
+      text += ' = [' + ', '.join(str(sizes.get(dim, dim)) for dim in dims) + ']'
+    if 'G H' in dims and 'G H' not in sizes:
+      text += f' with G = {blocks[0]}' if len(blocks) == 1 else f' with G in {blocks}'
+    return text + note
+
+  if not isinstance(entries, Mapping):
+    raise ValueError(f'{where}: expected a mapping of names to arrays, got '
+                     f'{type(entries).__name__}')
+  if key not in entries:
+    raise ValueError(f'{where}: no entry {key!r} (expected shape {expected()}); it has '
+                     f'{sorted(entries)}')
+  value = entries[key]
+  shape = tuple(value.shape) if hasattr(value, 'shape') else np.shape(value)
+  bound = dict(sizes)
+  fits = len(shape) == len(dims)
+  for dim, size in zip(dims, shape) if fits else ():
+    fits = fits and bound.setdefault(dim, size) == size
+  if fits and 'G H' in dims and 'H' in bound:
+    fits = any(bound['G H'] == g * bound['H'] for g in blocks)
+  if not fits:
+    raise ValueError(f'{where}[{key!r}]: expected shape {expected()}, got {list(shape)}{hint}')
+  sizes.update(bound)
+  return _float32(value)
+
+
+def _check_place(layer: Any, suffix: Any) -> None:
+  checks.integer('layer', layer, 0)
+  checks.one_of('suffix', suffix, SUFFIXES)
+
+
+def _from_torch(state_dict: StateDict, layer: int, suffix: str, gated: bool,
+                sizes: dict[str, int], blocks: tuple[int, ...] = GATED, note: str = ''
+                ) -> dict[str, jax.Array]:
+  """One layer's params from a state_dict; every entry through ``_entry``."""
+  def get(name: str, dims: tuple[str, ...], hint: str = '') -> np.ndarray:
+    return _entry(state_dict, 'state_dict', f'{name}_l{layer}{suffix}', dims, sizes, blocks,
+                  note, hint)
+  rows = 'G H' if gated else 'H'
+  square = '' if gated else (' (a GRU or an LSTM layer, [G H, H], converts with '
+                             'gated_from_torch)')
+  w_hh = get('weight_hh', (rows, 'H'), square)  # first: a missing layer is named by it
+  w_ih = get('weight_ih', (rows, 'd'))
+  biases = {name: get(name, (rows,)) for name in ('bias_ih', 'bias_hh')
+            if f'{name}_l{layer}{suffix}' in state_dict}
+  if gated:
+    params = {'W_x': jnp.asarray(w_ih.T), 'W_h': jnp.asarray(w_hh.T)}
+    for name, entry in (('b', 'bias_ih'), ('b_hh', 'bias_hh')):
+      if entry in biases:
+        params[name] = jnp.asarray(biases[entry])
+    return params
+  params = {'W_xh': jnp.asarray(w_ih.T), 'W_hh': jnp.asarray(w_hh.T)}
+  if biases:
+    params['b'] = jnp.asarray(sum(biases.values(), np.zeros(w_hh.shape[0], np.float32)))
+  return params
+
+
+def _to_torch(params: Mapping[str, Any], layer: int, suffix: str, gated: bool,
+              sizes: dict[str, int], where: str = 'params', blocks: tuple[int, ...] = GATED
+              ) -> dict[str, np.ndarray]:
+  """One layer's state_dict fragment from its params; every entry through ``_entry``."""
+  names = ('W_x', 'W_h') if gated else ('W_xh', 'W_hh')
+  columns = 'G H' if gated else 'H'
+  w_h = _entry(params, where, names[1], ('H', columns), sizes, blocks)
+  w_x = _entry(params, where, names[0], ('d', columns), sizes, blocks)
+  biases = {name: _entry(params, where, name, (columns,), sizes, blocks)
+            for name in ('b', 'b_hh') if name in params}
+  return {f'weight_ih_l{layer}{suffix}': w_x.T.copy(),
+          f'weight_hh_l{layer}{suffix}': w_h.T.copy(),
+          **_biases_to_torch(biases, layer, suffix)}
 
 
 def elman_from_torch(state_dict: StateDict, layer: int = 0, suffix: str = ''
@@ -68,8 +159,9 @@ def elman_from_torch(state_dict: StateDict, layer: int = 0, suffix: str = ''
 
   Args:
     state_dict: mapping of names to tensors or arrays (``module.state_dict()``)
-      of any float dtype (bfloat16 included).
-    layer: the layer index l in ``weight_ih_l{l}``.
+      of any float dtype (bfloat16 included): ``weight_ih_l{l}{suffix}`` ``[H, d]``,
+      ``weight_hh_l{l}{suffix}`` ``[H, H]``, biases ``[H]`` (optional).
+    layer: the layer index l >= 0 in ``weight_ih_l{l}``.
     suffix: '' for the forward direction, '_reverse' for the backward one.
 
   Returns:
@@ -78,16 +170,11 @@ def elman_from_torch(state_dict: StateDict, layer: int = 0, suffix: str = ''
     biases (``bias=False``).
 
   Raises:
-    KeyError: naming the missing entry.
+    ValueError: in one line naming the entry, for a missing weight or an entry of
+      another shape (a GRU's state_dict, a bias of shape [1]), or a bad layer or suffix.
   """
-  get = _getter(state_dict, layer, suffix)
-  w_hh = get('weight_hh')  # first: a missing layer is named by its recurrent weight
-  params = {'W_xh': jnp.asarray(get('weight_ih').T), 'W_hh': jnp.asarray(w_hh.T)}
-  biases = [get(name) for name in ('bias_ih', 'bias_hh')
-            if f'{name}_l{layer}{suffix}' in state_dict]
-  if biases:
-    params['b'] = jnp.asarray(sum(biases, np.zeros(params['W_hh'].shape[0], np.float32)))
-  return params
+  _check_place(layer, suffix)
+  return _from_torch(state_dict, layer, suffix, False, {})
 
 
 def _biases_to_torch(params: Mapping[str, np.ndarray], layer: int, suffix: str
@@ -111,19 +198,22 @@ def elman_to_torch(params: Mapping[str, Any], layer: int = 0, suffix: str = ''
   ``module.load_state_dict({k: torch.from_numpy(v) ...})``.
 
   Args:
-    params: Elman params (``cells.init_elman``), any float dtype.
-    layer: the layer index l in ``weight_ih_l{l}``.
+    params: Elman params (``cells.init_elman``: ``W_xh [d, H]``, ``W_hh [H, H]``, ``b [H]``
+      and ``b_hh [H]`` optional), any float dtype.
+    layer: the layer index l >= 0 in ``weight_ih_l{l}``.
     suffix: '' for the forward direction, '_reverse' for the backward one.
 
   Returns:
     ``{'weight_ih_l{l}{suffix}': <float32>[H, d], 'weight_hh_l{l}{suffix}':
     <float32>[H, H], 'bias_ih_l{l}{suffix}': <float32>[H],
     'bias_hh_l{l}{suffix}': <float32>[H]}`` (no biases for params without).
+
+  Raises:
+    ValueError: in one line naming the entry, for a missing weight or an entry of
+      another shape, or a bad layer or suffix.
   """
-  params = {k: _float32(v) for k, v in params.items()}
-  return {f'weight_ih_l{layer}{suffix}': params['W_xh'].T.copy(),
-          f'weight_hh_l{layer}{suffix}': params['W_hh'].T.copy(),
-          **_biases_to_torch(params, layer, suffix)}
+  _check_place(layer, suffix)
+  return _to_torch(params, layer, suffix, False, {})
 
 
 def gated_from_torch(state_dict: StateDict, layer: int = 0, suffix: str = ''
@@ -132,8 +222,9 @@ def gated_from_torch(state_dict: StateDict, layer: int = 0, suffix: str = ''
 
   Args:
     state_dict: mapping of names to tensors or arrays of any float dtype
-      (bfloat16 included).
-    layer: the layer index l in ``weight_ih_l{l}``.
+      (bfloat16 included): ``weight_ih_l{l}{suffix}`` ``[G H, d]``,
+      ``weight_hh_l{l}{suffix}`` ``[G H, H]`` (G = 3 or 4), biases ``[G H]`` (optional).
+    layer: the layer index l >= 0 in ``weight_ih_l{l}``.
     suffix: '' for the forward direction, '_reverse' for the backward one.
 
   Returns:
@@ -141,14 +232,11 @@ def gated_from_torch(state_dict: StateDict, layer: int = 0, suffix: str = ''
     'b_hh': <float32>[G H]}`` (each bias only where the state_dict has it).
 
   Raises:
-    KeyError: naming the missing entry.
+    ValueError: in one line naming the entry, for a missing weight or an entry of
+      another shape, or a bad layer or suffix.
   """
-  get = _getter(state_dict, layer, suffix)
-  params = {'W_x': jnp.asarray(get('weight_ih').T), 'W_h': jnp.asarray(get('weight_hh').T)}
-  for name, entry in (('b', 'bias_ih'), ('b_hh', 'bias_hh')):
-    if f'{entry}_l{layer}{suffix}' in state_dict:
-      params[name] = jnp.asarray(get(entry))
-  return params
+  _check_place(layer, suffix)
+  return _from_torch(state_dict, layer, suffix, True, {})
 
 
 def gated_to_torch(params: Mapping[str, Any], layer: int = 0, suffix: str = ''
@@ -157,8 +245,8 @@ def gated_to_torch(params: Mapping[str, Any], layer: int = 0, suffix: str = ''
 
   Args:
     params: ``{'W_x': [d, G H], 'W_h': [H, G H], 'b': [G H]}`` (+ ``'b_hh': [G H]``),
-      any float dtype.
-    layer: the layer index l in ``weight_ih_l{l}``.
+      G = 3 or 4, any float dtype.
+    layer: the layer index l >= 0 in ``weight_ih_l{l}``.
     suffix: '' for the forward direction, '_reverse' for the backward one.
 
   Returns:
@@ -167,26 +255,25 @@ def gated_to_torch(params: Mapping[str, Any], layer: int = 0, suffix: str = ''
     'bias_hh_l{l}{suffix}': <float32>[G H]}``; a bias is zero where the
     params have only the other, and both are left out for params without
     biases.
+
+  Raises:
+    ValueError: in one line naming the entry, for a missing weight or an entry of
+      another shape, or a bad layer or suffix.
   """
-  params = {k: _float32(v) for k, v in params.items()}
-  return {f'weight_ih_l{layer}{suffix}': params['W_x'].T.copy(),
-          f'weight_hh_l{layer}{suffix}': params['W_h'].T.copy(),
-          **_biases_to_torch(params, layer, suffix)}
-
-
-BLOCKS = {'elman': 1, 'gru': 3, 'lstm': 4}
-SUFFIXES = ('', '_reverse')
-
-
-def _shape(state_dict: StateDict, key: str) -> tuple[int, ...]:
-  if key not in state_dict:
-    raise KeyError(f'state_dict: no entry {key!r}; it has {sorted(state_dict)}')
-  return tuple(np.shape(state_dict[key]))
+  _check_place(layer, suffix)
+  return _to_torch(params, layer, suffix, True, {})
 
 
 def _check_cell(cell: str) -> None:
-  if cell not in BLOCKS:
-    raise ValueError(f'cell: expected one of {tuple(BLOCKS)}, got {cell!r}')
+  checks.one_of('cell', cell, tuple(BLOCKS))
+
+
+def _layer_sizes(first: dict[str, int], layer: int, directions: int) -> dict[str, int]:
+  """The sizes every entry of ``layer`` of a stack must have, from layer 0's: the same H
+  and G H, and d = directions * H above layer 0."""
+  if not layer:
+    return dict(first)
+  return {**first, 'd': directions * first['H']}
 
 
 def stack_from_torch(state_dict: StateDict, cell: str, num_layers: int, bidirectional: bool
@@ -215,14 +302,12 @@ def stack_from_torch(state_dict: StateDict, cell: str, num_layers: int, bidirect
     d_l = directions * H for l >= 1.
 
   Raises:
-    KeyError: naming a missing entry.
-    ValueError: for an unknown cell, L < 1, an entry of another shape (the
-      state_dict of another cell: the expected shape is named) or entries
-      that L and ``bidirectional`` leave unused.
+    ValueError: for an unknown cell, L < 1, a missing entry or one of another shape (the
+      state_dict of another cell: the expected shape is named), or entries that L and
+      ``bidirectional`` leave unused.
   """
   _check_cell(cell)
-  if not isinstance(num_layers, int) or num_layers < 1:
-    raise ValueError(f'num_layers: expected an int >= 1, got {num_layers!r}')
+  num_layers = checks.integer('num_layers', num_layers, 1)
   suffixes = SUFFIXES[:2 if bidirectional else 1]
   expected_names = {f'{name}_l{layer}{suffix}' for layer in range(num_layers)
                     for suffix in suffixes
@@ -231,23 +316,16 @@ def stack_from_torch(state_dict: StateDict, cell: str, num_layers: int, bidirect
   if unused:
     raise ValueError(f'state_dict: entries {unused} are not part of a {cell} stack with '
                      f'num_layers={num_layers}, bidirectional={bidirectional}')
-  hidden = _shape(state_dict, 'weight_hh_l0')[-1]
-  blocks = BLOCKS[cell]
+  first: dict[str, int] = {}
+  params: list[list[dict[str, jax.Array]]] = []
   for layer in range(num_layers):
+    params.append([])
     for suffix in suffixes:
-      input_size = len(suffixes) * hidden if layer else _shape(state_dict, 'weight_ih_l0')[-1]
-      shapes = {'weight_ih': (blocks * hidden, input_size),
-                'weight_hh': (blocks * hidden, hidden),
-                'bias_ih': (blocks * hidden,), 'bias_hh': (blocks * hidden,)}
-      for name, shape in shapes.items():
-        key = f'{name}_l{layer}{suffix}'
-        if key in state_dict and _shape(state_dict, key) != shape:
-          raise ValueError(f'state_dict: {key!r} expected shape {list(shape)} for a {cell} '
-                           f'stack with H = {hidden} (G = {blocks} blocks), got '
-                           f'{list(_shape(state_dict, key))}')
-  from_torch = elman_from_torch if cell == 'elman' else gated_from_torch
-  return [[from_torch(state_dict, layer, suffix) for suffix in suffixes]
-          for layer in range(num_layers)]
+      sizes = _layer_sizes(first, layer, len(suffixes))
+      params[-1].append(_from_torch(state_dict, layer, suffix, cell != 'elman', sizes,
+                                    (BLOCKS[cell],), f' for a {cell} stack'))
+      first = first or sizes
+  return params
 
 
 def stack_to_torch(params: list[list[Mapping[str, Any]]], cell: str) -> dict[str, np.ndarray]:
@@ -274,28 +352,19 @@ def stack_to_torch(params: list[list[Mapping[str, Any]]], cell: str) -> dict[str
   Raises:
     ValueError: for an unknown cell, params that are not a non-empty list of
       lists of 1 or 2 directions (all layers alike), or cell params of another
-      cell (the expected entries or recurrent-weight shape are named).
+      cell or shape (the entry, its expected shape and the given one are named).
   """
   _check_cell(cell)
   directions = {len(layer_params) for layer_params in params}
   if not params or len(directions) != 1 or directions - {1, 2}:
     raise ValueError(f'params: expected a non-empty list over layers of lists of 1 or 2 '
                      f'directions, got directions {[len(p) for p in params]}')
-  weights, recurrent = (('W_xh', 'W_hh'), 'W_hh') if cell == 'elman' else (
-      ('W_x', 'W_h'), 'W_h')
-  to_torch = elman_to_torch if cell == 'elman' else gated_to_torch
   state_dict = {}
+  first: dict[str, int] = {}
   for layer, layer_params in enumerate(params):
     for direction, cell_params in enumerate(layer_params):
-      where = f'params[{layer}][{direction}]'
-      missing = [name for name in weights if name not in cell_params]
-      if missing:
-        raise ValueError(f'{where}: expected {cell} entries {[*weights, "b"]}, missing '
-                         f'{missing} (has {sorted(cell_params)}; the biases are optional)')
-      given = tuple(np.shape(cell_params[recurrent]))
-      shape = (given[0], BLOCKS[cell] * given[0])
-      if given != shape:
-        raise ValueError(f'{where}[{recurrent!r}]: expected shape [H, G H] = {list(shape)} '
-                         f'for a {cell} cell, got {list(given)}')
-      state_dict.update(to_torch(cell_params, layer, SUFFIXES[direction]))
+      sizes = _layer_sizes(first, layer, len(layer_params))
+      state_dict.update(_to_torch(cell_params, layer, SUFFIXES[direction], cell != 'elman',
+                                  sizes, f'params[{layer}][{direction}]', (BLOCKS[cell],)))
+      first = first or sizes
   return state_dict

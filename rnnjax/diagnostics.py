@@ -171,16 +171,18 @@ def gradient_norm_profile(gradients: jax.typing.ArrayLike, distances: Any,
                        f'{np.min(lengths)}')
   if not distances:
     return jnp.zeros((0,), gradients.dtype)
+  # Each ratio from the two norms' scaled forms (``norms.norm_ratio``): a ratio below the
+  # dtype's largest value is finite though ||dL/dh_{T-k}|| over the batch is past it.
   if lengths is None:
-    norms = norms_.vector_norm(gradients, axis=(0, 2))  # [T]
-    return jnp.stack([norms[last - k] for k in distances]) / norms[last]
+    return jnp.stack([norms_.norm_ratio(gradients[:, last - k], gradients[:, last],
+                                        axis=(0, 1)) for k in distances])
   lengths = recurrence.as_lengths(lengths, last + 1)
   aligned = recurrence.reverse_within_lengths(gradients, lengths)  # [b, k] = step len_b - 1 - k
   ratios = []
   for k in distances:
     counted = (lengths > k)[:, None]
-    ratios.append(norms_.vector_norm(jnp.where(counted, aligned[:, k], 0.0), axis=(0, 1)) /
-                  norms_.vector_norm(jnp.where(counted, aligned[:, 0], 0.0), axis=(0, 1)))
+    ratios.append(norms_.norm_ratio(jnp.where(counted, aligned[:, k], 0.0),
+                                    jnp.where(counted, aligned[:, 0], 0.0), axis=(0, 1)))
   return jnp.stack(ratios)
 
 
@@ -228,14 +230,7 @@ def largest_singular_value(matrix: jax.typing.ArrayLike) -> jax.Array:
   shape = jnp.shape(matrix)
   if len(shape) != 2 or shape[0] != shape[1] or not shape[0]:
     raise ValueError(f'matrix: expected a square [H, H] array, H >= 1, got shape {shape}')
-  return _spectral_norm(jnp.asarray(matrix))
-
-
-def _spectral_norm(matrix: jax.Array) -> jax.Array:
-  """``[..., H, H]`` -> ``[...]``: 2^e ||matrix 2^-e||_2, 2^e just above the largest magnitude."""
-  exponent = norms_.scale_exponent(jnp.max(jnp.abs(matrix), axis=(-2, -1)))
-  return jnp.ldexp(jnp.linalg.norm(jnp.ldexp(matrix, -exponent[..., None, None]), ord=2,
-                                   axis=(-2, -1)), exponent)
+  return norms_.spectral_norm(matrix)
 
 
 def jacobian_product_norms(states: jax.typing.ArrayLike, w_hh: jax.typing.ArrayLike,
@@ -290,7 +285,7 @@ def jacobian_product_norms(states: jax.typing.ArrayLike, w_hh: jax.typing.ArrayL
       product = (w_hh * d[None, :]) @ product
       shift = norms_.scale_exponent(jnp.max(jnp.abs(product)))
       product, exponent = jnp.ldexp(product, -shift), exponent + shift
-      return (product, exponent), jnp.ldexp(jnp.linalg.norm(product, ord=2), exponent)
+      return (product, exponent), jnp.ldexp(norms_.spectral_norm(product), exponent)
     reversed_derivatives = derivative[::-1][:longest]  # D_t, D_{t-1}, ...
     start = (jnp.eye(w_hh.shape[0], dtype=w_hh.dtype), jnp.zeros((), jnp.int32))
     _, norms = jax.lax.scan(step, start, reversed_derivatives)

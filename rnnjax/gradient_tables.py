@@ -54,6 +54,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rnnjax import cells
+from rnnjax import checks
 from rnnjax import diagnostics
 from rnnjax import initializers
 from rnnjax import norms
@@ -136,17 +137,25 @@ def _linearised(radii: Sequence[float], distances: Sequence[int], hidden_size: i
     w = rng.normal(0, 1, (hidden_size, hidden_size))
     w *= rho / initializers.host_spectral_radius(w)
     delta = rng.normal(0, 1, hidden_size)
-    delta /= np.linalg.norm(delta)
+    delta /= float(norms.vector_norm(delta))
     pre_activations = rng.normal(0, 0.3, (steps, hidden_size))  # as one draw a step
 
-    def step(delta: jax.Array, a: jax.Array, w: jax.Array = jnp.asarray(w, jnp.float32)
-             ) -> tuple[jax.Array, jax.Array]:
-      delta = w.T @ (cells.activation_derivative(jnp.tanh(a), 'tanh') * delta)
-      return delta, norms.vector_norm(delta)
-    _, lengths = jax.lax.scan(step, jnp.asarray(delta, jnp.float32),
-                              jnp.asarray(pre_activations, jnp.float32))
-    host_lengths = np.asarray(lengths)
-    rows[rho] = {k: float(host_lengths[k - 1]) for k in distances}
+    # delta is carried as 2^e u with u's entries below 1 (``norms.scale_exponent``, exact):
+    # at rho = 3 delta passes float32's range near k = 80, and then W^T (tanh' * inf) would
+    # be inf - inf = NaN. ||delta|| = 2^e ||u|| is formed on the host in float64, so a ratio
+    # is neither inf nor 0 where float64 holds it.
+    def step(carry: tuple[jax.Array, jax.Array], a: jax.Array,
+             w: jax.Array = jnp.asarray(w, jnp.float32)
+             ) -> tuple[tuple[jax.Array, jax.Array], tuple[jax.Array, jax.Array]]:
+      unit, exponent = carry
+      unit = w.T @ (cells.activation_derivative(jnp.tanh(a), 'tanh') * unit)
+      shift = norms.scale_exponent(jnp.max(jnp.abs(unit)))
+      unit, exponent = jnp.ldexp(unit, -shift), exponent + shift
+      return (unit, exponent), (norms.vector_norm(unit), exponent)
+    start = (jnp.asarray(delta, jnp.float32), jnp.zeros((), jnp.int32))
+    _, (lengths, exponents) = jax.lax.scan(step, start, jnp.asarray(pre_activations, jnp.float32))
+    host = np.ldexp(np.asarray(lengths, np.float64), np.asarray(exponents))
+    rows[rho] = {k: float(host[k - 1]) for k in distances}
   return rows
 
 
@@ -164,17 +173,45 @@ def _network(radii: Sequence[float], distances: Sequence[int], hidden_size: int,
     size = cell_params['W_xh'].shape[0]
     inputs = jax.random.normal(key_inputs, (sequences, steps, size), dtype)
     direction = jax.random.normal(key_loss, (cell_params['W_hh'].shape[0],), dtype)
+    # dL/dh_T is the direction; scaled (exactly) to a norm in [1/2, 1), every ||dL/dh_{T-k}||
+    # is below the ratio it gives, so no gradient overflows where the ratio fits the dtype.
+    direction = jnp.ldexp(direction, -norms.scale_exponent(norms.vector_norm(direction)))
     initial = jnp.zeros((sequences, cell_params['W_hh'].shape[0]), dtype)
     _, gradients = diagnostics.state_gradients(
         cells.elman('tanh'), cell_params, inputs, initial,
         lambda states: jnp.sum(states[:, -1] @ direction))
-    lengths = norms.vector_norm(gradients, axis=-1)  # [B, T]: each sequence's own loss
-    ratios = np.median(np.stack([np.asarray(lengths[:, -1 - k] / lengths[:, -1])
+    # [B, len(distances)]: each sequence's own ratio, the median over them
+    ratios = np.median(np.stack([np.asarray(norms.norm_ratio(gradients[:, -1 - k],
+                                                             gradients[:, -1]))
                                  for k in distances], axis=1), axis=0)
     measured = float(initializers.host_spectral_radius(np.asarray(cell_params['W_hh'])))
     rows[rho] = {**{k: float(r) for k, r in zip(distances, ratios)},
                  'measured_spectral_radius': measured}
   return rows
+
+
+def _checked_distances(distances: Any) -> tuple[int, ...]:
+  """``distances`` as a non-empty tuple of Python ints >= 1 (numpy's integers are ints)."""
+  try:
+    values = tuple(distances)
+  except TypeError:
+    raise ValueError(f'distances: expected a sequence of ints >= 1, got '
+                     f'{checks.shown(distances)}') from None
+  if not values:
+    raise ValueError('distances: expected at least one distance, got none')
+  return tuple(checks.integer(f'distances[{i}]', k, 1) for i, k in enumerate(values))
+
+
+def _check_cell_params(params: Any) -> None:
+  """An Elman cell's params, not a whole model's: one line naming what is expected."""
+  if not isinstance(params, Mapping) or not {'W_xh', 'W_hh'} <= set(params):
+    given = sorted(params) if isinstance(params, Mapping) else type(params).__name__
+    raise ValueError("params: expected an Elman cell's {'W_xh': [d, H], 'W_hh': [H, H], "
+                     "'b': [H]} (a model's cell: e.g. params['recurrence']['cell'] of a "
+                     f'models.LanguageModel), got {given}')
+  hidden = jnp.shape(params['W_hh'])[-1:]
+  cells.check_step('elman', params, jnp.zeros(hidden), jnp.shape(params['W_xh'])[:1],
+                   ('W_xh', 'W_hh'))
 
 
 def gradient_norm_table(radii: Sequence[float] | None = None,
@@ -194,7 +231,8 @@ def gradient_norm_table(radii: Sequence[float] | None = None,
     protocol: 'linearised' or 'network' (the module docstring).
     hidden_size: H, the units: W_hh is ``[H, H]``; a fresh 'network' reads
       inputs ``<float32>[B, T, H]`` (d = H) with T = max(distances) + 1.
-    seed: numpy's seed ('linearised') or ``jax.random.key(seed)`` ('network').
+    seed: an int in [0, 2^63): numpy's seed ('linearised') or ``jax.random.key(seed)``
+      ('network').
     sequences: B, the sequences whose median a 'network' ratio is.
     params: 'network': an Elman cell's params ``{'W_xh': [d, H], 'W_hh': [H, H],
       'b': [H]}`` (a trained run's, e.g.
@@ -210,19 +248,25 @@ def gradient_norm_table(radii: Sequence[float] | None = None,
 
   Returns:
     ``{rho: {k: ratio}}``, each ratio a scalar (Python floats); a 'network' row also holds
-    ``'measured_spectral_radius'``, its W_hh's (float32, on the host).
+    ``'measured_spectral_radius'``, its W_hh's (float32, on the host). No ratio overflows
+    where its value fits: 'linearised' carries delta as 2^e u (u's entries below 1) and forms
+    each ratio in float64, so it is finite and nonzero wherever a float64 is (3^100 at rho
+    3); 'network' is finite wherever the ratio fits ``dtype`` (its dL/dh_T has a norm below
+    1, so no dL/dh_{T-k} is larger than its ratio; ``norms.norm_ratio``).
 
   Raises:
-    ValueError: naming the argument, for an unknown protocol, radii that are
-      not finite numbers >= 0 (or more than one with ``params``), distances
-      that are not ints >= 1, or sizes < 1.
+    ValueError: naming the argument in one line, for an unknown protocol, radii that are
+      not finite numbers >= 0 (or more than one with ``params``), distances that are not
+      ints >= 1 (numpy's integers are ints), sizes < 1, a seed outside [0, 2^63), or params
+      that are not an Elman cell's (a whole model's, say).
 
   References:
     Pascanu, Mikolov & Bengio (2013), "On the difficulty of training recurrent
     neural networks", eq. 7; the linearised table: ``docs/reference_numbers.md``.
   """
-  if protocol not in PROTOCOLS:
-    raise ValueError(f'protocol: expected one of {PROTOCOLS}, got {protocol!r}')
+  checks.one_of('protocol', protocol, PROTOCOLS)
+  if params is not None:
+    _check_cell_params(params)
   if params is not None and radii is not None and len(tuple(radii)) != 1:
     raise ValueError(f'radii: expected one radius with params (the row\'s key) or None, got '
                      f'{tuple(radii)!r}')
@@ -231,16 +275,12 @@ def gradient_norm_table(radii: Sequence[float] | None = None,
   radii = (0.7, 1.0, 1.3) if radii is None else tuple(radii)
   for rho in radii:
     initializers.check_radius('radii', rho)
-  distances = tuple(distances)
-  if not distances or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1
-                              for k in distances):
-    raise ValueError(f'distances: expected ints >= 1, got {distances!r}')
-  for name, value in (('hidden_size', hidden_size), ('sequences', sequences)):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-      raise ValueError(f'{name}: expected an int >= 1, got {value!r}')
+  distances = _checked_distances(distances)
+  hidden_size = checks.integer('hidden_size', hidden_size, 1)
+  sequences = checks.integer('sequences', sequences, 1)
+  seed = checks.integer('seed', seed, 0, 2 ** 63 - 1)
   initializers.check_radius('input_scale', input_scale)
-  if isinstance(transient, bool) or not isinstance(transient, int) or transient < 0:
-    raise ValueError(f'transient: expected an int >= 0, got {transient!r}')
+  transient = checks.integer('transient', transient, 0)
   if protocol == 'linearised':
     return _linearised(radii, distances, hidden_size, seed)
   return _network(radii, distances, hidden_size, seed, sequences, params, float(input_scale),

@@ -1,4 +1,11 @@
-"""Euclidean norms that do not overflow: the one way rnnjax computes them.
+"""Norms that do not overflow: the one way rnnjax computes them.
+
+  vector_norm    ||x|| along axes                    global_norm    ||g|| of a whole pytree
+  scaled_norm    ||x|| as (m, e), ||x|| = m 2^e       norm_ratio     ||a|| / ||b||, from both
+  spectral_norm  sigma_max of each matrix            scale_exponent the e of 2^e below
+
+Every norm of the library (the gradient-norm profile and table, clipping, Omega, the Jacobian
+products) is one of these.
 
 The plain sqrt(sum g^2) squares first, and a float32 square overflows for
 |g| above about 1.8e19: the norm of [3e19, 4e19] comes out inf (and a ratio
@@ -13,6 +20,8 @@ overflows only where the norm itself is beyond the dtype's range. A power of
 two scales exactly (``jnp.ldexp``), where dividing by m would not: XLA on CPU
 divides by multiplying with 1 / m, which is flushed to 0 for m above 8.5e37. An infinite entry
 makes the norm inf, a NaN entry NaN; an empty or all-zero input has norm 0.
+A ratio of two norms (``norm_ratio``) is formed from their scaled forms, so it is
+finite wherever it is a number of the dtype, though a norm may be past its range.
 
 The derivative is the norm's own, d||g|| = <g / ||g||, dg>, evaluated on the
 scaled entries (g 2^-e and ||g|| 2^-e, so no product overflows either), and
@@ -39,7 +48,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ['global_norm', 'scale_exponent', 'vector_norm']
+__all__ = ['global_norm', 'norm_ratio', 'scale_exponent', 'scaled_norm', 'spectral_norm',
+           'vector_norm']
 
 
 def _floating(dtypes: Iterable[Any]) -> np.dtype[Any]:
@@ -118,6 +128,92 @@ def vector_norm(x: jax.typing.ArrayLike, axis: int | tuple[int, ...] = -1,
   dtype = _floating([x.dtype])
   norm = _scaled_norm(x.astype(dtype), axes)
   return norm if keepdims else jnp.squeeze(norm, axis=axes)
+
+
+def scaled_norm(x: jax.typing.ArrayLike, axis: int | tuple[int, ...] = -1
+                ) -> tuple[jax.Array, jax.Array]:
+  """The Euclidean norm of ``x`` along ``axis`` as a pair ``(m, e)`` with ||x|| = m 2^e.
+
+  m = ||x 2^-e|| with 2^e just above the largest magnitude along the axis, so m lies in
+  [1/2, sqrt(n)) (n the entries reduced) or is 0, inf or NaN: it is finite wherever x's
+  entries are, though ||x|| itself may be past the dtype's range. Carry e to combine norms
+  without forming them (``norm_ratio``).
+
+  Args:
+    x: an array ``[...]`` (real or complex; ints are taken as float32).
+    axis: an axis or a tuple of axes to reduce.
+
+  Returns:
+    ``(m, e)``: x's shape without ``axis``, m in x's floating dtype (at least float32), e
+    ``<int32>``.
+
+  Raises:
+    ValueError: as ``vector_norm``, for a bad axis.
+  """
+  x = jnp.asarray(x)
+  axes = _normalized_axes(axis, x.ndim)
+  if jnp.iscomplexobj(x):
+    x = jnp.abs(x)
+  x = x.astype(_floating([x.dtype]))
+  exponent = scale_exponent(jnp.max(jnp.abs(x), axis=axes, keepdims=True, initial=0.0))
+  mantissa = jnp.sqrt(jnp.sum(jnp.square(jnp.ldexp(x, -exponent)), axis=axes))
+  return mantissa, jnp.squeeze(exponent, axis=axes)
+
+
+def norm_ratio(numerator: jax.typing.ArrayLike, denominator: jax.typing.ArrayLike,
+               axis: int | tuple[int, ...] = -1) -> jax.Array:
+  """||numerator|| / ||denominator|| along ``axis``, finite wherever the ratio is a finite
+  number of the dtype, though either norm may be past its range (or below it).
+
+  Each norm is taken as m 2^e (``scaled_norm``) and the ratio is (m_1 / m_2) 2^(e_1 - e_2):
+  a gradient of 1e38 in each of 64 units against one of 1 is 8e38 / 8 = 1e38, where the
+  quotient of the two norms is inf / 8 = inf.
+
+  Args:
+    numerator, denominator: arrays of one shape ``[...]``.
+    axis: an axis or a tuple of axes to reduce.
+
+  Returns:
+    the shape without ``axis``, in the inputs' floating dtype (at least float32); inf where
+    the denominator is 0 and the numerator not, NaN for 0 / 0 and where an entry is NaN, as
+    plain division.
+
+  Raises:
+    ValueError: for arrays of two shapes, or a bad axis.
+  """
+  if jnp.shape(numerator) != jnp.shape(denominator):
+    raise ValueError(f'denominator: expected the shape of numerator {jnp.shape(numerator)}, '
+                     f'got {jnp.shape(denominator)}')
+  top, top_exponent = scaled_norm(numerator, axis)
+  bottom, bottom_exponent = scaled_norm(denominator, axis)
+  dtype = jnp.result_type(top, bottom)
+  return jnp.ldexp((top / bottom).astype(dtype), top_exponent - bottom_exponent)
+
+
+def spectral_norm(matrix: jax.typing.ArrayLike) -> jax.Array:
+  """sigma_max, the largest singular value of each ``[..., M, N]`` matrix, without overflow:
+  2^e ||matrix 2^-e||_2 with 2^e just above the matrix's largest magnitude, so the singular
+  value decomposition sees entries below 1 and the result is inf only where sigma_max is
+  past the dtype's range.
+
+  Args:
+    matrix: ``<float>[..., M, N]``, M, N >= 1 (ints taken as float32).
+
+  Returns:
+    ``[...]`` in the matrix's floating dtype (at least float32), >= 0; NaN where an entry
+    is not finite.
+
+  Raises:
+    ValueError: for an array of rank < 2 or an empty matrix.
+  """
+  matrix = jnp.asarray(matrix)
+  if matrix.ndim < 2 or not matrix.shape[-1] or not matrix.shape[-2]:
+    raise ValueError(f'matrix: expected a [..., M, N] array, M, N >= 1, got shape '
+                     f'{matrix.shape}')
+  matrix = matrix.astype(_floating([matrix.dtype]))
+  exponent = scale_exponent(jnp.max(jnp.abs(matrix), axis=(-2, -1)))
+  return jnp.ldexp(jnp.linalg.norm(jnp.ldexp(matrix, -exponent[..., None, None]), ord=2,
+                                   axis=(-2, -1)), exponent)
 
 
 def global_norm(tree: Any) -> jax.Array:

@@ -61,6 +61,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rnnjax import cells
+from rnnjax import checks
 from rnnjax import diagnostics
 from rnnjax import norms
 from rnnjax import recurrence
@@ -73,16 +74,13 @@ REDUCTIONS = ('mean', 'sum')
 REFERENCE_BOUND = 1e-20  # RNN.py, state['bound']: smallest ||dE/dh_t||^2 kept
 
 
-def _check_options(activation: str, ratio: str, reduction: str, bound: float) -> None:
-  if activation not in cells.ACTIVATIONS:
-    raise ValueError(f'activation: expected one of {sorted(cells.ACTIVATIONS)}, '
-                     f'got {activation!r}')
-  if ratio not in RATIOS:
-    raise ValueError(f'ratio: expected one of {RATIOS}, got {ratio!r}')
-  if reduction not in REDUCTIONS:
-    raise ValueError(f'reduction: expected one of {REDUCTIONS}, got {reduction!r}')
-  if not 0 <= bound < np.inf:
-    raise ValueError(f'bound: expected a finite value >= 0, got {bound!r}')
+def _check_options(activation: str, ratio: str, reduction: str, bound: Any) -> None:
+  """One line naming the argument (``rnnjax.checks``); a traced bound passes (it is used as
+  a value: ``omega`` works under ``jit`` with the bound an argument)."""
+  checks.one_of('activation', activation, tuple(sorted(cells.ACTIVATIONS)))
+  checks.one_of('ratio', ratio, RATIOS)
+  checks.one_of('reduction', reduction, REDUCTIONS)
+  checks.number('bound', bound, low=0, high_open=True)
 
 
 def omega(w_hh: jax.typing.ArrayLike, states: jax.typing.ArrayLike,
@@ -120,7 +118,8 @@ def omega(w_hh: jax.typing.ArrayLike, states: jax.typing.ArrayLike,
     ratio: 'squared_norm' (RNN.py lines 205-207) or 'norm' (eq. 9).
     reduction: 'mean' over the kept (t, b) pairs (RNN.py line 209; 0 if none
       is kept) or 'sum' over t, then the mean over the B sequences (eq. 9).
-    bound: pairs with ||g_t||^2 < bound are left out; 1e-20 as RNN.py.
+    bound: pairs with ||g_t||^2 < bound are left out; 1e-20 as RNN.py. A finite
+      value >= 0, or a traced scalar (an argument of a jitted function), taken as it is.
 
   Returns:
     float scalar Omega >= 0, dimensionless (NaN when a kept dE/dh_t is NaN;
@@ -162,7 +161,10 @@ def omega(w_hh: jax.typing.ArrayLike, states: jax.typing.ArrayLike,
   unit = jnp.ldexp(errors, -exponent)
   phi_prime = cells.activation_derivative(states, activation)
   sent_back = (unit * phi_prime) @ jnp.transpose(w_hh)  # [B, T, H]
-  kept = ~(error_norm < np.sqrt(bound))  # ||g||^2 >= bound; a NaN gradient is kept: Omega says so
+  # ||g||^2 >= bound (a NaN gradient is kept: Omega says so); a concrete bound's root in
+  # float64, so that 1e-80 keeps only nonzero gradients in float32 too, a traced one's as it is
+  least = jnp.sqrt(bound) if isinstance(bound, jax.core.Tracer) else np.sqrt(float(bound))
+  kept = ~(error_norm < least)
   if lengths is not None:
     kept = kept & alive
   unit_norm = norms.vector_norm(unit)

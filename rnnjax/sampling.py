@@ -32,6 +32,7 @@ from jax.typing import ArrayLike
 import jax.numpy as jnp
 import numpy as np
 
+from rnnjax import checks
 from rnnjax.data import batching
 
 __all__ = ['INVALID', 'check_temperature', 'draw', 'non_finite_entries', 'sample']
@@ -99,8 +100,8 @@ def draw(key: jax.Array | None, logits: ArrayLike, temperature: ArrayLike = 1.0,
       ``temperature`` is a Python or numpy 0.
     logits: ``<float>[..., V]``.
     temperature: t >= 0, a number or a 0-d array (traced under ``jit``: then
-      0 selects the greedy token at run time). Not checked here (a traced
-      value cannot be); ``check_temperature`` checks a concrete one.
+      0 selects the greedy token at run time). A concrete one is checked (a finite
+      value >= 0, ``rnnjax.checks``); a traced one cannot be.
     top_k: None (every id may be drawn) or an int k in [1, V] (static).
 
   Returns:
@@ -108,13 +109,15 @@ def draw(key: jax.Array | None, logits: ArrayLike, temperature: ArrayLike = 1.0,
     logits are not all finite.
 
   Raises:
-    ValueError: for ``logits`` of rank 0, a ``top_k`` that is not None or an
-      int in [1, V], or no ``key`` for a temperature that may be > 0.
+    ValueError: for ``logits`` of rank 0, a concrete temperature that is negative, infinite
+      or NaN, a ``top_k`` that is not None or an int in [1, V], or no ``key`` for a
+      temperature that may be > 0.
 
   References:
     Ackley, Hinton & Sejnowski (1985) (temperature); Fan, Lewis & Dauphin
     (2018) (top-k).
   """
+  checks.number('temperature', temperature, low=0, high_open=True)
   logits = jnp.asarray(logits)
   if logits.ndim < 1:
     raise ValueError(f'logits: expected an array [..., V], got shape {logits.shape}')

@@ -42,6 +42,7 @@ import numpy as np
 import optax
 
 from rnnjax import cells
+from rnnjax import checks
 from rnnjax import combinators
 from rnnjax import dtypes
 from rnnjax import sampling
@@ -59,8 +60,7 @@ Params = Mapping[str, Any]
 
 
 def _check_cell(cell: str) -> None:
-  if cell not in CELLS:
-    raise ValueError(f'cell: expected one of {CELLS}, got {cell!r}')
+  checks.one_of('cell', cell, CELLS)
 
 
 def step_function(cell: str) -> Callable[..., tuple[Any, Any]]:
@@ -101,9 +101,8 @@ def init(key: jax.Array, cell: str, vocab_size: int, embedding_size: int, hidden
     ValueError: for an unknown cell or a size < 1.
   """
   _check_cell(cell)
-  for name, size in (('vocab_size', vocab_size), ('embedding_size', embedding_size)):
-    if not isinstance(size, int) or size < 1:
-      raise ValueError(f'{name}: expected a positive int, got {size!r}')
+  vocab_size = checks.integer('vocab_size', vocab_size, 1)
+  embedding_size = checks.integer('embedding_size', embedding_size, 1)
   init_cell = cells.init_elman if cell == 'elman' else cells.init_gru
   key_embedding, key_encoder, key_decoder, key_out = jax.random.split(key, 4)
   return {
@@ -261,8 +260,7 @@ def decode(cell: str, params: Params, sources: jax.Array, max_length: int,
       their non-finite entries).
   """
   step = step_function(cell)
-  if not isinstance(max_length, int) or max_length < 1:
-    raise ValueError(f'max_length: expected an int >= 1, got {max_length!r}')
+  max_length = checks.integer('max_length', max_length, 1)
   temperature = sampling.check_temperature(temperature)
   if temperature > 0 and key is None:
     raise ValueError(f'key: expected a jax.random key to sample at temperature {temperature}, '

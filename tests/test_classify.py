@@ -47,7 +47,7 @@ def test_stratified_split_keeps_exact_proportions_and_is_deterministic():
   assert not np.array_equal(other_test, test)
   with pytest.raises(ValueError, match=r'class 1 \(20 examples\) 2.5 test examples'):
     classification.stratified_split(labels, 10, seed=3)
-  with pytest.raises(ValueError, match=r'test_size: expected an int in \[1, 80\)'):
+  with pytest.raises(ValueError, match=r'test_size: expected an int in \[1, 79\]'):
     classification.stratified_split(labels, 80, seed=3)
 
 

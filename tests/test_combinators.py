@@ -211,26 +211,31 @@ def test_stack_state_dict_round_trip(cell, layers, bidirectional):
 
 def test_stack_converters_name_what_is_wrong():
   lstm = {k: v.numpy() for k, v in _module('lstm', 2, True).state_dict().items()}
-  with pytest.raises(ValueError, match=r"'weight_ih_l0' expected shape \[15, 3\] for a gru stack "
-                                       r'with H = 5 \(G = 3 blocks\), got \[20, 3\]'):
+  with pytest.raises(ValueError, match=r"^state_dict\['weight_hh_l0'\]: expected shape "
+                                       r'\[G H, H\] with G = 3 for a gru stack, got \[20, 5\]$'):
     convert.stack_from_torch(lstm, 'gru', 2, True)
   with pytest.raises(ValueError, match=r"entries \['bias_hh_l0_reverse', .*'weight_ih_l1'.*\] "
                                        r'are not part of a lstm stack with num_layers=1, '
                                        r'bidirectional=False'):
     convert.stack_from_torch(lstm, 'lstm', 1, False)
   missing = {k: v for k, v in lstm.items() if k != 'weight_hh_l1_reverse'}
-  with pytest.raises(KeyError, match="no entry 'weight_hh_l1_reverse'"):
+  with pytest.raises(ValueError, match=r"^state_dict: no entry 'weight_hh_l1_reverse' \(expected "
+                                       r'shape \[G H, H\] = \[20, 5\] for a lstm stack\)'):
     convert.stack_from_torch(missing, 'lstm', 2, True)
+  narrow = {**lstm, 'weight_ih_l1': np.zeros((20, 7), np.float32)}  # layer 1 reads 2 H = 10
+  with pytest.raises(ValueError, match=r"^state_dict\['weight_ih_l1'\]: expected shape \[G H, d\] = "
+                                       r'\[20, 10\] for a lstm stack, got \[20, 7\]$'):
+    convert.stack_from_torch(narrow, 'lstm', 2, True)
   with pytest.raises(ValueError, match="cell: expected one of .*, got 'rnn'"):
     convert.stack_from_torch(lstm, 'rnn', 2, True)
   with pytest.raises(ValueError, match='num_layers: expected an int >= 1, got 0'):
     convert.stack_from_torch(lstm, 'lstm', 0, True)
   params = convert.stack_from_torch(lstm, 'lstm', 2, True)
-  with pytest.raises(ValueError, match=r"params\[0\]\[0\]\['W_h'\]: expected shape \[H, G H\] = "
-                                       r'\[5, 15\] for a gru cell, got \[5, 20\]'):
+  with pytest.raises(ValueError, match=r"^params\[0\]\[0\]\['W_h'\]: expected shape \[H, G H\] "
+                                       r'with G = 3, got \[5, 20\]$'):
     convert.stack_to_torch(params, 'gru')
-  with pytest.raises(ValueError, match=r"params\[0\]\[0\]: expected elman entries \['W_xh', "
-                                       r"'W_hh', 'b'\], missing \['W_xh', 'W_hh'\]"):
+  with pytest.raises(ValueError, match=r"^params\[0\]\[0\]: no entry 'W_hh' \(expected shape "
+                                       r"\[H, H\]\); it has \['W_h', 'W_x', 'b', 'b_hh'\]$"):
     convert.stack_to_torch(params, 'elman')
   with pytest.raises(ValueError, match=r'directions, got directions \[2, 1\]'):
     convert.stack_to_torch([params[0], params[1][:1]], 'lstm')

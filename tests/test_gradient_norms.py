@@ -6,11 +6,13 @@ import subprocess
 import sys
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from rnnjax import diagnostics
 from rnnjax import gradient_tables
+from rnnjax import models
 from rnnjax.train import checkpoints
 
 # The table of docs/reference_numbers.md (the linearised protocol, numpy default_rng(1)).
@@ -56,13 +58,38 @@ def test_given_params_make_one_row_keyed_by_the_requested_radius(monkeypatch):
 
 @pytest.mark.parametrize('kwargs, message', [
     (dict(protocol='exact'), "protocol: expected one of \\('linearised', 'network'\\)"),
-    (dict(distances=(0, 5)), 'distances: expected ints >= 1'),
+    (dict(distances=(0, 5)), r'distances\[0\]: expected an int >= 1, got 0'),
+    (dict(distances=()), 'distances: expected at least one distance'),
+    (dict(seed=-1), r'^seed: expected an int in \[0, 9223372036854775807\], got -1$'),
+    (dict(seed=1.0), r'^seed: expected an int in'),
+    (dict(transient=np.int64(-2)), r'^transient: expected an int >= 0, got np.int64\(-2\)$'),
     (dict(radii=(-1.0,)), 'radii'),
     (dict(hidden_size=0), 'hidden_size: expected an int >= 1, got 0'),
 ])
 def test_bad_arguments_are_named(kwargs, message):
   with pytest.raises(ValueError, match=message):
     gradient_tables.gradient_norm_table(**kwargs)
+
+
+def test_numpy_integers_are_ints_and_a_whole_models_params_are_named():
+  table = gradient_tables.gradient_norm_table(
+      (1.0,), np.arange(1, 3), protocol='linearised', hidden_size=np.int64(8),
+      seed=np.int64(1))
+  assert list(table[1.0]) == [1, 2] and all(type(k) is int for k in table[1.0])
+  assert table == gradient_tables.gradient_norm_table((1.0,), (1, 2), protocol='linearised',
+                                                      hidden_size=8, seed=1)
+  model = models.LanguageModel(vocab_size=5, hidden_size=4, embedding_size=3)
+  params = model.init(jax.random.key(0), jnp.zeros((1, 2), jnp.int32),
+                      model.initial_state(1))['params']
+  with pytest.raises(ValueError, match=r"^params: expected an Elman cell's \{'W_xh': \[d, H\], "
+                                       r"'W_hh': \[H, H\], 'b': \[H\]\} \(a model's cell: e.g. "
+                                       r"params\['recurrence'\]\['cell'\] .*\), got \['embedding', "
+                                       r"'head', 'recurrence'\]$"):
+    gradient_tables.gradient_norm_table(distances=(1,), params=params)
+  cell = params['recurrence']['cell']
+  row, = gradient_tables.gradient_norm_table(distances=(np.int64(1),), params=cell,
+                                             sequences=np.int64(2)).values()
+  assert list(row) == [1, 'measured_spectral_radius'] and np.isfinite(row[1])
 
 
 @pytest.mark.slow

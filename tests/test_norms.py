@@ -91,3 +91,80 @@ def test_transforms_and_bad_axes():
                         (1.0, r'axis: expected ints')):
     with pytest.raises(ValueError, match=message):
       norms.vector_norm(x, axis=axis)
+
+
+# Every norm of the library at rho = 3, where the gradient grows like 3^k and passes float32's
+# largest value, 3.4e38, near k = 80: finite wherever the float64 value is below it.
+F32_MAX = float(np.finfo(np.float32).max)
+
+
+def _gaussian_at_three(hidden, seed=0):
+  w = np.random.default_rng(seed).normal(0, 1, (hidden, hidden))
+  return w * 3.0 / np.max(np.abs(np.linalg.eigvals(w)))
+
+
+def _assert_as_float64(got, want, past_the_range=True):
+  """``got`` equals ``want`` (float64) where ``want`` fits float32, and is inf (not NaN)
+  where it is past float32's range (if ``past_the_range``)."""
+  got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+  inside = want < 0.99 * F32_MAX
+  assert inside.sum() >= 40 and np.all(np.isfinite(got[inside]))
+  np.testing.assert_allclose(got[inside], want[inside], rtol=1e-3)
+  if past_the_range:
+    assert np.all(np.isinf(got[want > 1.01 * F32_MAX]))
+
+
+def test_the_linearised_table_at_rho_3_against_float64():
+  from rnnjax import gradient_tables, initializers
+  distances = (20, 40, 60, 80, 100)
+  table = gradient_tables.gradient_norm_table((3.0,), distances, protocol='linearised')[3.0]
+  rng = np.random.default_rng(1)  # the protocol's draws, in float64
+  w = rng.normal(0, 1, (64, 64))
+  w *= 3.0 / initializers.host_spectral_radius(w)
+  delta = rng.normal(0, 1, 64)
+  delta /= np.linalg.norm(delta)
+  lengths = []
+  for a in rng.normal(0, 0.3, (100, 64)):
+    delta = w.T @ ((1 - np.tanh(a) ** 2) * delta)
+    lengths.append(np.linalg.norm(delta))
+  want = [lengths[k - 1] for k in distances]
+  assert want[2] < F32_MAX < want[4]  # 1e26 at k = 60, 1e44 at 100: a float64 holds it
+  np.testing.assert_allclose([table[k] for k in distances], want, rtol=1e-3)
+
+
+def test_the_network_table_profile_and_jacobian_products_at_rho_3_against_float64():
+  from rnnjax import cells, diagnostics, gradient_tables
+  hidden, steps, batch = 16, 86, 4
+  w = _gaussian_at_three(hidden)
+  # W_xh = 0 and b = 0 keep every state at 0, tanh' = 1: dL/dh_{T-k} = dL/dh_T (W^T)^k.
+  params = {'W_xh': jnp.zeros((hidden, hidden)), 'W_hh': jnp.asarray(w, jnp.float32),
+            'b': jnp.zeros(hidden)}
+  powers = [np.eye(hidden)]
+  for _ in range(steps):
+    powers.append(powers[-1] @ w)
+  distances = tuple(range(1, steps))
+  spectral = np.array([np.linalg.norm(powers[k], 2) for k in distances])
+  assert spectral[59] < F32_MAX < spectral[-1]
+  # the Jacobian products and their bound sigma_max^k
+  states = jnp.zeros((2, steps, hidden))
+  products, bounds = diagnostics.jacobian_product_norms(states, params['W_hh'], distances)
+  _assert_as_float64(products[0], spectral)
+  _assert_as_float64(bounds, np.linalg.norm(w, 2) ** np.array(distances))
+  # the profile: a unit dL/dh_T in every sequence, so ||dL/dh_{T-k}|| over the batch is
+  # twice the ratio, past float32's range before the ratio is (past the range the gradients
+  # themselves are inf and NaN: autodiff in float32)
+  direction = np.random.default_rng(1).normal(0, 1, hidden)
+  direction /= np.linalg.norm(direction)
+  _, gradients = diagnostics.state_gradients(
+      cells.elman('tanh'), params, jnp.zeros((batch, steps, hidden)), jnp.zeros((batch, hidden)),
+      lambda s: jnp.sum(s[:, -1] @ jnp.asarray(direction, jnp.float32)))
+  want = np.array([np.linalg.norm(direction @ powers[k].T) for k in distances])
+  _assert_as_float64(diagnostics.gradient_norm_profile(gradients, distances), want, False)
+  # the network table of the same params: its own direction, so ratios of its own
+  table = gradient_tables.gradient_norm_table(distances=(60, 80), params=params, sequences=2)
+  (label, row), = table.items()
+  key_loss = jax.random.split(jax.random.key(1), 3)[1]
+  own = np.asarray(jax.random.normal(key_loss, (hidden,)), np.float64)
+  want = [np.linalg.norm(own @ powers[k].T) / np.linalg.norm(own) for k in (60, 80)]
+  assert want[1] < F32_MAX
+  np.testing.assert_allclose([row[60], row[80]], want, rtol=1e-3)

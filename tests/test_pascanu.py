@@ -198,6 +198,27 @@ def test_omega_errors():
     regularizers.omega(w, states, states, ratio='cube')
   with pytest.raises(ValueError, match=r'activation: expected one of'):
     regularizers.omega(w, states, states, activation='sigmoid')
+  with pytest.raises(ValueError, match=r'^bound: expected a finite value >= 0, got -1.0$'):
+    regularizers.omega(w, states, states, bound=-1.0)
+
+
+def test_omega_takes_a_traced_bound_under_jit():
+  """The bound an argument of a jitted function (it was a TracerBoolConversionError): the
+  value of the same bound given concretely, for a bound that keeps every pair and one that
+  leaves out the pairs of small dE/dh."""
+  keys = jax.random.split(jax.random.key(3), 2)
+  states = jnp.tanh(jax.random.normal(keys[0], (2, 5, 3)))
+  errors = jax.random.normal(keys[1], (2, 5, 3)) * jnp.logspace(-6, 0, 5)[None, :, None]
+  w = 1.3 * jnp.eye(3)
+  traced = jax.jit(lambda bound: regularizers.omega(w, states, errors, bound=bound))
+  for bound in (0.0, 1e-20, 1e-6):
+    np.testing.assert_allclose(traced(bound), regularizers.omega(w, states, errors, bound=bound),
+                               rtol=1e-6)
+  assert float(traced(1e-6)) != float(traced(0.0))  # the bound is used, not dropped
+  penalty = jax.jit(lambda bound: regularizers.omega_penalty(
+      {'W_xh': jnp.eye(3), 'W_hh': w, 'b': jnp.zeros(3)}, states, jnp.zeros((2, 3)),
+      lambda s: jnp.sum(s[:, -1]), bound=bound))
+  assert np.isfinite(float(penalty(1e-20)))
 
 
 REFERENCE_CLIP = clipping.clip_with_fallback()
@@ -313,7 +334,7 @@ def test_temporal_order_pascanu_windows_and_errors():
     synthetic.temporal_order_pascanu(jax.random.key(0), 2, 9)
   with pytest.raises(ValueError, match=r'min_length: expected an int >= 10'):
     synthetic.temporal_order_pascanu_range(jax.random.key(0), 2, 9, 20)
-  with pytest.raises(ValueError, match=r'max_length: expected an int >= min_length = 20'):
+  with pytest.raises(ValueError, match=r'max_length: expected an int >= 20'):
     synthetic.temporal_order_pascanu_range(jax.random.key(0), 2, 20, 19)
 
 

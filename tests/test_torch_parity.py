@@ -63,8 +63,47 @@ def test_round_trip_through_torch_state_dict(key):
 
 
 def test_missing_entry_is_named():
-  with pytest.raises(KeyError, match="no entry 'weight_hh_l1'"):
+  with pytest.raises(ValueError, match=r"^state_dict: no entry 'weight_hh_l1' \(expected shape "
+                                       r"\[H, H\]\); it has \['bias_hh_l0', "):
     convert.elman_from_torch(torch.nn.RNN(D, H).state_dict(), layer=1)
+
+
+def _one_line(call, message):
+  with pytest.raises(ValueError) as error:
+    call()
+  assert str(error.value) == message
+
+
+def test_entries_of_another_shape_are_named_with_both_shapes():
+  """One rule for every converter: an entry of another shape, or a missing one, is one line
+  naming the entry, the shape expected and the shape given (numpy broadcast a bias of shape
+  [1] over every unit; a GRU's [3 H, H] gave numpy's broadcast error naming no entry)."""
+  rnn = {k: v for k, v in torch.nn.RNN(D, H).state_dict().items()}
+  _one_line(lambda: convert.elman_from_torch({**rnn, 'bias_ih_l0': torch.zeros(1)}),
+            f"state_dict['bias_ih_l0']: expected shape [H] = [{H}], got [1]")
+  gated = ' (a GRU or an LSTM layer, [G H, H], converts with gated_from_torch)'
+  _one_line(lambda: convert.elman_from_torch(torch.nn.GRU(D, H).state_dict()),
+            f"state_dict['weight_hh_l0']: expected shape [H, H], got [{3 * H}, {H}]{gated}")
+  _one_line(lambda: convert.elman_from_torch({**rnn, 'weight_hh_l0': torch.zeros(H, H + 1)}),
+            f"state_dict['weight_hh_l0']: expected shape [H, H], got [{H}, {H + 1}]{gated}")
+  _one_line(lambda: convert.elman_from_torch({**rnn, 'weight_ih_l0': torch.zeros(H + 1, D)}),
+            f"state_dict['weight_ih_l0']: expected shape [H, d] = [{H}, d], got [{H + 1}, {D}]")
+  _one_line(lambda: convert.gated_from_torch(rnn),
+            f"state_dict['weight_hh_l0']: expected shape [G H, H] with G in (3, 4), got "
+            f"[{H}, {H}]")
+  params = convert.elman_from_torch(rnn)
+  _one_line(lambda: convert.elman_to_torch({'W_hh': params['W_hh']}),
+            f"params: no entry 'W_xh' (expected shape [d, H] = [d, {H}]); it has ['W_hh']")
+  _one_line(lambda: convert.elman_to_torch({**params, 'b': np.ones(1)}),
+            f"params['b']: expected shape [H] = [{H}], got [1]")
+  _one_line(lambda: convert.gated_to_torch(params),
+            "params: no entry 'W_h' (expected shape [H, G H] with G in (3, 4)); it has "
+            "['W_hh', 'W_xh', 'b']")
+  _one_line(lambda: convert.elman_from_torch(rnn, layer=np.int64(-1)),
+            'layer: expected an int >= 0, got np.int64(-1)')
+  _one_line(lambda: convert.elman_from_torch(rnn, suffix='_reversed'),
+            "suffix: expected one of ('', '_reverse'), got '_reversed'")
+  assert convert.elman_from_torch(rnn, layer=np.int64(0))['W_hh'].shape == (H, H)
 
 
 @pytest.mark.parametrize('kind', ['GRU', 'LSTM'])

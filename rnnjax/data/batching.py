@@ -17,6 +17,8 @@ import jax
 from jax.typing import ArrayLike
 import numpy as np
 
+from rnnjax import checks
+
 __all__ = ['check_ids', 'check_vocab_size', 'pad_sequences']
 
 INT32_END = 2 ** 31  # ids are stored as int32: every id is below this
@@ -87,8 +89,7 @@ def pad_sequences(sequences: Sequence[ArrayLike], pad_id: int = 0, multiple: int
   """
   if not len(sequences):
     raise ValueError('sequences: expected at least one sequence, got none')
-  if not isinstance(multiple, int) or multiple < 1:
-    raise ValueError(f'multiple: expected an int >= 1, got {multiple!r}')
+  multiple = checks.integer('multiple', multiple, 1)
   if max_length is not None and max_length < 1:
     raise ValueError(f'max_length: expected None or an int >= 1, got {max_length!r}')
   check_vocab_size(vocab_size)

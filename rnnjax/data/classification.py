@@ -22,6 +22,7 @@ import typing
 from jax.typing import ArrayLike
 import numpy as np
 
+from rnnjax import checks
 from rnnjax.data import corpora
 
 __all__ = ['CLASS_NAMES', 'DATASETS', 'PAD_ID', 'RESERVED', 'Splits', 'UNKNOWN_ID',
@@ -76,11 +77,8 @@ def build_vocabulary(texts: list[list[str]], min_count: int, max_size: int) -> d
   Raises:
     ValueError: for min_count < 1 or max_size < 2.
   """
-  if not isinstance(min_count, int) or min_count < 1:
-    raise ValueError(f'min_count: expected an int >= 1, got {min_count!r}')
-  if not isinstance(max_size, int) or max_size < len(RESERVED):
-    raise ValueError(f'max_size: expected an int >= {len(RESERVED)} (pad and unknown), '
-                     f'got {max_size!r}')
+  min_count = checks.integer('min_count', min_count, 1)
+  max_size = checks.integer('max_size', max_size, len(RESERVED))  # pad and unknown
   counts = collections.Counter(word for words in texts for word in words)
   frequent = sorted((word for word, count in counts.items() if count >= min_count),
                     key=lambda word: (-counts[word], word))
@@ -116,9 +114,7 @@ def stratified_split(labels: ArrayLike, test_size: int, seed: int
       every class a whole number of test examples.
   """
   labels = np.asarray(labels)
-  if not isinstance(test_size, int) or not 1 <= test_size < len(labels):
-    raise ValueError(f'test_size: expected an int in [1, {len(labels)}) (N examples), '
-                     f'got {test_size!r}')
+  test_size = checks.integer('test_size', test_size, 1, len(labels) - 1)  # < N examples
   rng = np.random.default_rng(seed)
   test_parts = []
   for label in np.unique(labels):

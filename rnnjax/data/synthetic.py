@@ -23,6 +23,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from rnnjax import checks
 from rnnjax import recurrence
 
 __all__ = [
@@ -47,10 +48,8 @@ REVERSAL_VOCAB_SIZE = REVERSAL_FIRST_DIGIT + 10
 
 
 def _check(batch_size: Any, length: Any, minimum: int) -> None:
-  if not isinstance(batch_size, int) or batch_size < 1:
-    raise ValueError(f'batch_size: expected an int >= 1, got {batch_size!r}')
-  if not isinstance(length, int) or length < minimum:
-    raise ValueError(f'length: expected an int T >= {minimum}, got {length!r}')
+  checks.integer('batch_size', batch_size, 1)
+  checks.integer('length', length, minimum, what='an int T')
 
 
 def adding(key: jax.Array, batch_size: int, length: int) -> tuple[jax.Array, jax.Array]:
@@ -141,8 +140,7 @@ def copy(key: jax.Array, batch_size: int, length: int, memory: int = 10
     ValueError: for B < 1, T < 1 or memory < 1.
   """
   _check(batch_size, length, 1)
-  if not isinstance(memory, int) or memory < 1:
-    raise ValueError(f'memory: expected an int >= 1, got {memory!r}')
+  memory = checks.integer('memory', memory, 1)
   data = jax.random.randint(key, (batch_size, memory), 1, COPY_ALPHABET + 1)
   blanks = lambda n: jnp.zeros((batch_size, n), jnp.int32)
   inputs = jnp.concatenate([data, blanks(length - 1), jnp.full((batch_size, 1), COPY_SYMBOLS - 1),
@@ -189,12 +187,9 @@ def reverse_digits(key: jax.Array, batch_size: int, max_digits: int, min_digits:
   Raises:
     ValueError: for B < 1, min_digits < 1 or max_digits < min_digits.
   """
-  for name, value in (('batch_size', batch_size), ('max_digits', max_digits)):
-    if not isinstance(value, int) or value < 1:
-      raise ValueError(f'{name}: expected an int >= 1, got {value!r}')
-  if not isinstance(min_digits, int) or not 1 <= min_digits <= max_digits:
-    raise ValueError(f'min_digits: expected an int in [1, max_digits] = [1, {max_digits}], '
-                     f'got {min_digits!r}')
+  batch_size = checks.integer('batch_size', batch_size, 1)
+  max_digits = checks.integer('max_digits', max_digits, 1)
+  min_digits = checks.integer('min_digits', min_digits, 1, max_digits)  # <= max_digits
   key_lengths, key_digits = jax.random.split(key)
   lengths = jax.random.randint(key_lengths, (batch_size,), min_digits, max_digits + 1)
   digits = jax.random.randint(key_digits, (batch_size, max_digits), 0, 10)
@@ -297,13 +292,9 @@ def temporal_order_pascanu_range(key: jax.Array, batch_size: int, min_length: in
     (validation batches draw their lengths the same way); tempOrder.py
     lines 55-70.
   """
-  if not isinstance(batch_size, int) or batch_size < 1:
-    raise ValueError(f'batch_size: expected an int >= 1, got {batch_size!r}')
-  if not isinstance(min_length, int) or min_length < 10:
-    raise ValueError(f'min_length: expected an int >= 10, got {min_length!r}')
-  if not isinstance(max_length, int) or max_length < min_length:
-    raise ValueError(f'max_length: expected an int >= min_length = {min_length}, '
-                     f'got {max_length!r}')
+  batch_size = checks.integer('batch_size', batch_size, 1)
+  min_length = checks.integer('min_length', min_length, 10)
+  max_length = checks.integer('max_length', max_length, min_length)  # >= min_length
   steps = max(min_length, max_length - 1)
   key_length, key_task = jax.random.split(key)
   length = min_length + jax.random.randint(key_length, (), 0, max(max_length - min_length, 1))
