@@ -23,7 +23,7 @@ from experiments import ptb_chars
 
 EPOCH = 3135  # updates: 5,017,482 characters / (32 streams x 50)
 EPOCHS = 10
-MSGD_RATE = 0.1  # ptb_chars_learning_rate.py's best validation bits per character after an epoch
+MSGD_RATE = 0.3  # ptb_chars_learning_rate.py's best validation bits per character after an epoch
 # method -> (clipping, omega_weight, learning_rate)
 METHODS = {'MSGD': ('none', 0.0, MSGD_RATE), 'MSGD-C': ('pascanu', 0.0, 1.0),
            'MSGD-CR': ('pascanu', 2.0, 1.0)}
