@@ -5,7 +5,8 @@
   python -m launch.run --config=experiments/configs/seq2seq.py \
       --workdir=results/seq2seq_elman --config.cell=elman
 
-or both (``get_sweep``), their table in results/seq2seq/results.md:
+or both over 3 seeds (``get_sweep``: 6 runs), their tables in results/seq2seq/results.md and
+results_over_seeds.md:
 
   python -m launch.sweep --config=experiments/configs/seq2seq.py --workdir=results/seq2seq
 
@@ -27,5 +28,5 @@ def get_config():
 
 
 def get_sweep():
-  """The two cells: GRU and Elman encoder-decoders."""
-  return [{'cell': 'gru'}, {'cell': 'elman'}]
+  """The two cells (GRU and Elman encoder-decoders) x 3 seeds: 6 runs."""
+  return [{'cell': cell, 'seed': seed} for cell in ('gru', 'elman') for seed in range(3)]
