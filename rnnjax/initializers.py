@@ -64,8 +64,10 @@ def host_spectral_radius(matrix: ArrayLike) -> np.float32:
 def spectral_radius(matrix: ArrayLike) -> jax.Array:
   """Largest absolute eigenvalue of a square matrix, computed on the host.
 
-  The eigenvalue solve runs in numpy (float64) through ``jax.pure_callback``,
-  so this works under ``jit`` on any backend.
+  The eigenvalue solve runs in numpy (float64): on a concrete matrix directly, on a traced
+  one (under ``jit``, ``vmap``) through ``jax.pure_callback``, so it works on any backend.
+  (Called eagerly, the callback's program can wait on its own argument's buffer, a
+  deadlock; the direct path runs no program.)
 
   Args:
     matrix: ``[H, H]`` array.
@@ -81,6 +83,8 @@ def spectral_radius(matrix: ArrayLike) -> jax.Array:
   if len(shape) != 2 or shape[0] != shape[1] or not shape[0]:
     raise ValueError(f'matrix: expected a square [H, H] array, H >= 1, got shape {shape}')
 
+  if not isinstance(matrix, jax.core.Tracer):  # a concrete matrix: solved here, no callback
+    return jnp.asarray(host_spectral_radius(np.asarray(matrix)), jnp.float32)
   return jax.pure_callback(host_spectral_radius, jax.ShapeDtypeStruct((), jnp.float32), matrix,
                            vmap_method='sequential')
 

@@ -87,3 +87,16 @@ def test_unknown_init_and_bad_sizes(key):
     cells.init_elman(key, 3, 0)
   with pytest.raises(ValueError, match=r'matrix: expected a square \[H, H\] array, H >= 1, got shape \(2, 3\)'):
     initializers.spectral_radius(np.ones((2, 3)))
+
+
+def test_a_concrete_matrix_is_solved_without_a_callback(monkeypatch):
+  """Eagerly the radius is solved on the host directly (a callback's program can wait on its
+  own argument's buffer); under jit through the callback, the same value."""
+  w = jax.random.normal(jax.random.key(0), (16, 16))
+  expected = float(initializers.host_spectral_radius(np.asarray(w)))
+  under_jit = float(jax.jit(initializers.spectral_radius)(w))
+  monkeypatch.setattr(jax, 'pure_callback', lambda *args, **kwargs: pytest.fail('a callback'))
+  assert float(initializers.spectral_radius(w)) == expected == under_jit
+  assert float(jnp.max(jnp.abs(jnp.linalg.eigvals(np.asarray(
+      initializers.gaussian_at_radius(jax.random.key(1), 16, 0.9)))))) == pytest.approx(0.9,
+                                                                                          rel=1e-5)
