@@ -1,6 +1,7 @@
 """The run harness from the command line, as a user meets it: real processes killed with
 SIGKILL and rerun, a finished run rerun with another config, --overwrite, --help."""
 
+import errno
 import json
 import pathlib
 import re
@@ -217,14 +218,21 @@ def test_a_jobs_log_leaves_out_the_libraries_info_lines_unless_asked():
   JAX's from WARNING, unless --verbosity is 1 (DEBUG) or more."""
   import logging
   from rnnjax.train import job
-  record = lambda name, path, level: logging.LogRecord(name, level, path, 1, 'm', None, None)
+  record = lambda name, path, level, error=None: logging.LogRecord(
+      name, level, path, 1, 'm', None, error and (type(error), error, None))
+  full_disk = OSError(errno.ENOSPC, 'No space left on device')
   records = [record('absl', '/v/site-packages/orbax/checkpoint/manager.py', logging.INFO),
              record('jax._src.xla_bridge', '/v/site-packages/jax/_src/xla_bridge.py',
                     logging.INFO),
              record('absl', '/v/site-packages/rnnjax/train/trainer.py', logging.INFO),
              record('absl', '/home/me/mylab/my_task.py', logging.INFO),
-             record('absl', '/v/site-packages/orbax/checkpoint/manager.py', logging.WARNING)]
-  assert [job._quiet(0)(r) for r in records] == [False, False, True, True, True]
+             record('absl', '/v/site-packages/orbax/checkpoint/manager.py', logging.WARNING),
+             # a writer thread's traceback of the error the job reports in one line
+             record('absl', '/v/site-packages/orbax/checkpoint/_src/futures/future.py',
+                    logging.ERROR, full_disk),
+             record('absl', '/v/site-packages/orbax/checkpoint/_src/futures/future.py',
+                    logging.ERROR, KeyError('a bug keeps its traceback'))]
+  assert [job._quiet(0)(r) for r in records] == [False, False, True, True, True, False, True]
   assert all(job._quiet(1)(r) for r in records)
 
 

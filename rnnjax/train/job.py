@@ -47,14 +47,22 @@ LIBRARIES = ('orbax', 'absl', 'jax', 'jaxlib', 'flax', 'tensorstore')
 
 
 def _quiet(verbosity: int) -> Callable[[python_logging.LogRecord], bool]:
-  """A logging filter: False for a record below WARNING from one of ``LIBRARIES`` (by its
-  logger's name, or by its source file for absl.logging's records) where ``verbosity`` < 1."""
+  """A logging filter where ``verbosity`` < 1: False for a record of one of ``LIBRARIES`` (by
+  its logger's name, or by its source file for absl.logging's records) below WARNING, and for
+  one that carries an error ``failure`` reports in one line (orbax's writer threads log a full
+  disk's traceback before the job ends with it)."""
   def keep(record: python_logging.LogRecord) -> bool:
-    if verbosity >= 1 or record.levelno >= python_logging.WARNING:
+    if verbosity >= 1:
       return True
     source = set(pathlib.PurePath(record.pathname).parts[:-1])
-    return record.name.split('.')[0] not in LIBRARIES or record.name == 'absl' and not (
-        source & set(LIBRARIES))
+    library = record.name.split('.')[0] in LIBRARIES and not (
+        record.name == 'absl' and not source & set(LIBRARIES))
+    if not library:
+      return True
+    error = record.exc_info[1] if record.exc_info else None
+    if error is not None and failure(error) is not None:
+      return False
+    return record.levelno >= python_logging.WARNING
   return keep
 DISTRIBUTED_VARIABLES = ('RNNJAX_COORDINATOR', 'RNNJAX_NUM_PROCESSES', 'RNNJAX_PROCESS_ID')
 
