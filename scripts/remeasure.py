@@ -1,6 +1,7 @@
 """Re-measures the results tables of the README and the docs, each with its study's budget.
 
   python scripts/remeasure.py [--studies=char_lm,temporal_order] [--workdir=results/remeasure]
+  python scripts/remeasure.py --settings_only   # docs/results/<study>/settings.json alone
 
 Each study is its config's sweep (``python -m launch.sweep``, with the budget its config's
 docstring states); its page's table, headed by the commit and date it was measured at, is
@@ -8,11 +9,16 @@ copied to docs/results/<study>.md, and every table (Markdown and CSV, the analys
 a file over ``LARGEST`` bytes) and plot the sweep wrote to docs/results/<study>/; the main
 job's table also into the README, once every study has run (a table copied in earlier would
 mark the next study's commit '+changes'). A study whose sweep fails keeps its old tables.
+Beside them, ``settings.json`` holds the settings the study ran with: its config's fields
+and, for each field its sweep varies, the values it takes (the numbers a page's protocol
+quotes).
 Studies that ended are not trained again when the command is run again (the sweep's own
 rule), so a long study can be measured in pieces, and its tables written anew by the code of
 today.
 """
 
+import importlib
+import json
 import pathlib
 import re
 import shutil
@@ -24,6 +30,7 @@ from absl import flags
 
 FLAGS = flags.FLAGS
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # the checkout's experiments package (not installed)
 # study -> (config file, extra sweep flags, the table its page shows)
 STUDIES = {
     'char_lm': ('char_lm.py', (), 'results.md'),
@@ -46,6 +53,7 @@ STUDIES = {
 }
 flags.DEFINE_list('studies', list(STUDIES), f'Which studies, of {", ".join(STUDIES)}.')
 flags.DEFINE_string('workdir', 'results/remeasure', 'Where the studies\' sweeps run.')
+flags.DEFINE_bool('settings_only', False, 'Write each study\'s settings.json and run nothing.')
 
 
 LARGEST = 300_000  # bytes: a larger table stays in the workdir (a per-run CSV of 1,000s of runs)
@@ -68,11 +76,30 @@ def publish(study: str, workdir: pathlib.Path, table: str) -> None:
                              readme.read_text(), flags=re.S))
 
 
+def write_settings(study: str) -> pathlib.Path:
+  """Writes docs/results/<study>/settings.json from the study's config file: ``config`` (its
+  get_config(), every field) and ``swept`` (each field its get_sweep() sets: its distinct
+  values, in order). Returns the file's path."""
+  module = importlib.import_module(f'experiments.configs.{STUDIES[study][0][:-3]}')
+  runs = module.get_sweep()
+  swept = {key: list(dict.fromkeys(run[key] for run in runs if key in run))
+           for key in dict.fromkeys(key for run in runs for key in run)}
+  path = ROOT / 'docs' / 'results' / study / 'settings.json'
+  path.parent.mkdir(parents=True, exist_ok=True)
+  path.write_text(json.dumps({'config': module.get_config().to_dict(), 'runs': len(runs),
+                              'swept': swept}, indent=1, default=str) + '\n')
+  return path
+
+
 def main(argv):
   del argv
   unknown = sorted(set(FLAGS.studies) - set(STUDIES))
   if unknown:
     raise app.UsageError(f'--studies: expected some of {list(STUDIES)}, got {unknown}')
+  if FLAGS.settings_only:
+    for study in FLAGS.studies:
+      print(write_settings(study))
+    return
   failed, measured = [], []
   for study in FLAGS.studies:
     config, extra, table = STUDIES[study]
@@ -87,6 +114,7 @@ def main(argv):
       failed.append(study)
   for study, workdir, table in measured:
     publish(study, workdir, table)
+    write_settings(study)
   if failed:
     print(f'failed, their tables kept: {", ".join(failed)}', file=sys.stderr)
     sys.exit(1)
