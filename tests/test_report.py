@@ -61,3 +61,12 @@ def test_an_experiment_cannot_name_a_column_the_harness_writes(kind, name):
   report_fields = (name,) if kind == 'report' else ()
   with pytest.raises(ValueError, match=f"'{name}' is a column the harness writes itself"):
     experiment.Experiment(name='mine', task=None, fields=fields, report=report_fields)
+
+
+def test_a_swept_key_empty_in_every_run_that_ended_still_groups_the_seeds():
+  """A partly-run sweep: the swept key is '' in every run that has ended (its column dropped)."""
+  rows = [{'radius': 1.0, 'seed': seed, 'status': 'finished', 'rate': 0.5 + seed}
+          for seed in range(3)]
+  aggregated = report._over_seeds(rows, ['radius', 'trained_run', 'seed'], ['rate'], [])
+  assert len(aggregated) == 1 and aggregated[0]['seeds'] == 3
+  assert aggregated[0]['trained_run'] is None and aggregated[0]['rate'].median == 1.5

@@ -132,11 +132,12 @@ def _over_seeds(rows: list[dict], keys: Sequence[str], reported: Sequence[str],
   settings = [k for k in keys if k != 'seed']
   groups: dict[tuple, list[dict]] = {}
   for row in rows:
-    groups.setdefault(tuple(repr(row[k]) for k in settings), []).append(row)
+    groups.setdefault(tuple(repr(row.get(k)) for k in settings), []).append(row)
   profiles = [c for c in dict.fromkeys(c for row in rows for c in row) if '_profile_k' in c]
   aggregated = []
   for members in groups.values():
-    out: dict[str, Any] = {k: members[0][k] for k in settings}
+    out: dict[str, Any] = {k: members[0].get(k) for k in settings}  # a key empty in every
+    # row that ended has no column (``_rows``)
     ended = [m for m in members if m['status'] in run_folder.ENDED]
     out['seeds'] = len(members)
     out['diverged'] = sum(m['status'] == 'diverged' for m in members)
