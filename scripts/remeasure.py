@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))  # the checkout's experiments package (not install
 # study -> (config file, extra sweep flags, the table its page shows)
 STUDIES = {
     'char_lm': ('char_lm.py', (), 'results.md'),
+    'char_lm_seeds': ('char_lm_seeds.py', (), 'results_over_seeds.md'),
     'gradient_norms': ('gradient_norms.py', ('--max_group_size=64',), 'gradient_theory.md'),
     'long_range': ('long_range.py', (), 'results_over_seeds.md'),
     'adding_irnn': ('adding_irnn.py', ('--max_group_size=1',), 'results_over_seeds.md'),
