@@ -49,6 +49,7 @@ def get_sweep():
               'longest': 0 if method == 'deer' else 1024, 'trained_run': folder}
              for method, folder in itertools.product(('deer', 'quasi', 'quasi_elk'),
                                                      gradient_norms.main_job_runs())]
-  return (fresh('deer', HIDDEN_SIZES, RADII, 0) + fresh('quasi', HIDDEN_SIZES, RADII, 1024)
-          + fresh('quasi_elk', HIDDEN_SIZES, RADII, 1024)
-          + fresh('elk', (16,), ELK_RADII, 1024) + trained)
+  # DEER's cells (the criterion) and the trained cells first: a sweep stopped early has them.
+  return (fresh('deer', HIDDEN_SIZES, RADII, 0) + trained
+          + fresh('quasi', HIDDEN_SIZES, RADII, 1024)
+          + fresh('quasi_elk', HIDDEN_SIZES, RADII, 1024) + fresh('elk', (16,), ELK_RADII, 1024))
