@@ -17,8 +17,10 @@ rule), so a long study can be measured in pieces, and its tables written anew by
 today.
 """
 
+import csv
 import importlib
 import json
+import math
 import pathlib
 import re
 import shutil
@@ -77,18 +79,24 @@ def publish(study: str, workdir: pathlib.Path, table: str) -> None:
                              readme.read_text(), flags=re.S))
 
 
-def write_settings(study: str) -> pathlib.Path:
+def write_settings(study: str, workdir: pathlib.Path | None = None) -> pathlib.Path:
   """Writes docs/results/<study>/settings.json from the study's config file: ``config`` (its
   get_config(), every field) and ``swept`` (each field its get_sweep() sets: its distinct
-  values, in order). Returns the file's path."""
+  values, in order); with the sweep's ``workdir``, also ``run_hours``: the sum of its
+  results.csv's ``seconds`` (each run's share of its job's wall time) in hours, the CPU
+  time the study took on a machine that runs one job at a time. Returns the file's path."""
   module = importlib.import_module(f'experiments.configs.{STUDIES[study][0][:-3]}')
   runs = module.get_sweep()
   swept = {key: list(dict.fromkeys(run[key] for run in runs if key in run))
            for key in dict.fromkeys(key for run in runs for key in run)}
   path = ROOT / 'docs' / 'results' / study / 'settings.json'
   path.parent.mkdir(parents=True, exist_ok=True)
-  path.write_text(json.dumps({'config': module.get_config().to_dict(), 'runs': len(runs),
-                              'swept': swept}, indent=1, default=str) + '\n')
+  settings = {'config': module.get_config().to_dict(), 'runs': len(runs), 'swept': swept}
+  if workdir is not None and (workdir / 'results.csv').is_file():
+    with open(workdir / 'results.csv') as file:
+      seconds = [float(row['seconds']) for row in csv.DictReader(file) if row.get('seconds')]
+    settings['run_hours'] = round(sum(s for s in seconds if math.isfinite(s)) / 3600, 2)
+  path.write_text(json.dumps(settings, indent=1, default=str) + '\n')
   return path
 
 
@@ -115,7 +123,7 @@ def main(argv):
       failed.append(study)
   for study, workdir, table in measured:
     publish(study, workdir, table)
-    write_settings(study)
+    write_settings(study, workdir)
   if failed:
     print(f'failed, their tables kept: {", ".join(failed)}', file=sys.stderr)
     sys.exit(1)
