@@ -80,3 +80,34 @@ def unbacked(page: pathlib.Path, numbers: list[float]) -> list[str]:
 def test_every_number_of_a_study_page_is_in_a_results_file_or_cited(page):
   missing = unbacked(page, results_numbers())
   assert not missing, '\n'.join(missing)
+
+
+RATIO_COLUMN = re.compile(r'profile|ratio_k')
+
+
+def zero_ratios(table: str) -> list[str]:
+  """The rows of a Markdown table whose ratio columns (a gradient-norm profile, a ratio at
+  distance k) hold a bare 0: an underflow printed as a value."""
+  out, header = [], None
+  for line in table.splitlines():
+    if not line.startswith('|') or line.startswith('|---'):
+      continue
+    cells = [cell.strip() for cell in line.strip('|').split('|')]
+    if header is None:
+      header = cells
+      continue
+    for name, cell in zip(header, cells):
+      if RATIO_COLUMN.search(name) and re.search(r'(?<![\d.<e-])0(?![\d.e])', cell):
+        out.append(f'{name}: {cell}')
+  return out
+
+
+def test_zero_ratios_finds_a_bare_0_and_not_a_bound():
+  table = '| k | profile |\n|---|---|\n| 1 | 0.5 < 1.2e-38 10 |\n| 2 | 0.061 0 |'
+  assert zero_ratios(table) == ['profile: 0.061 0']
+
+
+@pytest.mark.parametrize('path', sorted((ROOT / 'docs' / 'results').rglob('*.md')),
+                         ids=lambda p: str(p.relative_to(ROOT / 'docs' / 'results')))
+def test_no_published_table_prints_an_underflowed_ratio_as_0(path):
+  assert not zero_ratios(path.read_text()), zero_ratios(path.read_text())[:5]
