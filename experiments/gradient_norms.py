@@ -128,17 +128,19 @@ def theory(runs, keys, folder, heading) -> None:
   ended = [run for run in runs if run['status'] in ('finished', 'diverged') and run['summary']]
   fresh = [run for run in ended if not run['config'].get('trained_run')]
   groups: dict[tuple, list[dict]] = {}
+  dtypes = {}  # the dtype a setting computed in: an underflow prints as its bound
   for run in fresh:
     c = run['config']
-    groups.setdefault((c['protocol'], c['hidden_size'], c['input_scale'],
-                       c['spectral_radius']), []).append(run['summary'])
+    key = (c['protocol'], c['hidden_size'], c['input_scale'], c['spectral_radius'])
+    groups.setdefault(key, []).append(run['summary'])
+    dtypes[key] = c['dtype']
   rows = []
   for (protocol, hidden, scale, rho), summaries in sorted(groups.items()):
     rate = report.spread([s['rate'] for s in summaries])
     theory_rate = summaries[0]['mean_field_rate']
     rows.append({'protocol': protocol, 'hidden_size': hidden,
                  'input_scale': scale if protocol == 'network' else '-', 'spectral_radius': rho,
-                 'seeds': len(summaries),
+                 'dtype': dtypes[protocol, hidden, scale, rho], 'seeds': len(summaries),
                  'sigma_max': report.spread([s['sigma_max'] for s in summaries]),
                  'rate': rate, 'mean_field_rate': theory_rate,
                  'rate / mean field - 1': rate.median / theory_rate - 1,
@@ -173,7 +175,7 @@ def theory(runs, keys, folder, heading) -> None:
       'does: Pascanu et al.\'s sufficient condition for vanishing holds below it.'])),
       folder, 'gradient_crossings')
   trained = [{'trained_run': pathlib.PurePath(run['config']['trained_run']).name,
-              'measured_spectral_radius': run['summary']['measured_spectral_radius'],
+              'dtype': run['config']['dtype'], 'measured_spectral_radius': run['summary']['measured_spectral_radius'],
               'sigma_max': run['summary']['sigma_max'], 'rate': run['summary']['rate'],
               **{f'ratio_k{k}': run['summary'][f'ratio_k{k}'] for k in (10, 20, 40, 60)}}
              for run in ended if run['config'].get('trained_run')]
