@@ -187,6 +187,10 @@ def theory(runs, keys, folder, heading) -> None:
   _theory_figure(rows, groups, trained, folder)
 
 
+TRAINED_AXIS = 3.0  # the rate plots' largest radius: the clipped trained cells end near 2.5,
+# the unclipped ones at 10 to 5e4 (their rates are in gradient_trained.md)
+
+
 def _theory_figure(rows, groups, trained, folder) -> None:
   """gradient_theory.png: top, the median ratio against k at the largest size for six radii
   (interquartile range shaded) with mean field's rate^k; bottom, the rate against rho for
@@ -227,13 +231,17 @@ def _theory_figure(rows, groups, trained, folder) -> None:
                     yerr=[[row['rate'].median - row['rate'].q1 for row in members],
                           [row['rate'].q3 - row['rate'].median for row in members]],
                     marker='o', markersize=3, linestyle='', label=f'measured, H = {hidden}')
-    radii = np.linspace(0.3, 2.0, 86)
+    radii = np.linspace(0.3, TRAINED_AXIS, 136)
     axis.plot(radii, [gradient_tables.mean_field_rate(r, gradient_tables.mean_field_variance(
         r, scale)) for r in radii], color='black', linewidth=1, label='mean field')
     axis.axhline(1.0, color='grey', linewidth=0.8)
     if trained:
-      axis.plot([t['measured_spectral_radius'] for t in trained], [t['rate'] for t in trained],
-                marker='*', linestyle='', color='red', label='main job, trained')
+      near = [t for t in trained if t['measured_spectral_radius'] <= TRAINED_AXIS]
+      axis.plot([t['measured_spectral_radius'] for t in near], [t['rate'] for t in near],
+                marker='*', linestyle='', color='red',
+                label=f'main job, trained ({len(trained) - len(near)} beyond rho = '
+                      f'{TRAINED_AXIS})')
+    axis.set_xlim(0.2, TRAINED_AXIS)
     axis.set_xlabel('spectral radius rho of W_hh')
     axis.set_ylabel('per-step rate')
     axis.set_title(f'sigma_in = {scale}', fontsize=9)
