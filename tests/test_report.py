@@ -70,3 +70,13 @@ def test_a_swept_key_empty_in_every_run_that_ended_still_groups_the_seeds():
   aggregated = report._over_seeds(rows, ['radius', 'trained_run', 'seed'], ['rate'], [])
   assert len(aggregated) == 1 and aggregated[0]['seeds'] == 3
   assert aggregated[0]['trained_run'] is None and aggregated[0]['rate'].median == 1.5
+
+
+def test_a_runs_seconds_are_its_share_of_the_group_and_its_own_report():
+  """A group of 4 spends 8 s together; each run's report (its measurement) takes 1 s more."""
+  timing = {'group_size': 4, 'seconds': {'setup': 2.0, 'train_steps': 6.0, 'report': 1.0,
+                                         'total': 9.0}}
+  run = {'name': 'a', 'values': {}, 'config': {}, 'summary': {}, 'timing': timing,
+         'status': 'finished'}
+  row, = report._rows([run], [], [], {})
+  assert row['seconds'] == 8.0 / 4 + 1.0

@@ -102,8 +102,9 @@ def bound(dtype: str = 'float32') -> str:
 def _rows(runs: Sequence[dict], keys: Sequence[str], reported: Sequence[str],
           defaults: dict) -> list[dict]:
   """One row per run (``write``'s ``runs``): folder, swept values, status, reported fields,
-  the profiles, its share of its job's seconds, commit and date, its seed and its other
-  fields that differ from ``defaults`` (flat); NaN where missing."""
+  the profiles, its seconds (its share of its group's, and its own report's), commit and
+  date, its seed and its other fields that differ from ``defaults`` (flat); NaN where
+  missing."""
   rows = []
   for run in runs:
     summary, timing = run['summary'] or {}, run['timing'] or {}
@@ -112,8 +113,11 @@ def _rows(runs: Sequence[dict], keys: Sequence[str], reported: Sequence[str],
     for when in ('first', 'final'):
       profile = summary.get(f'{when}_profile') or {}
       row.update({f'{when}_profile_k{k}': profile.get(k, math.nan) for k in PROFILE_DISTANCES})
-    total = (timing.get('seconds') or {}).get('total', math.nan)
-    row['seconds'] = total / timing.get('group_size', 1) if isinstance(total, float) else total
+    seconds = timing.get('seconds') or {}
+    total, own = seconds.get('total', math.nan), seconds.get('report', 0.0)
+    # the group's shared seconds split over its runs, plus the run's own report (measurement)
+    row['seconds'] = ((total - own) / timing.get('group_size', 1) + own
+                      if isinstance(total, float) else total)
     row['commit'], row['date'] = timing.get('commit', ''), timing.get('date', '')
     row.update({name: value for name, value in experiment.flat(run['config'] or {}).items()
                 if name not in row and (name == 'seed' or value != defaults.get(name, ...))})
