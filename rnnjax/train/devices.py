@@ -9,7 +9,6 @@ placed. Host values become global arrays through ``jax.make_array_from_callback`
 process passes the same host value and keeps its own shards.
 """
 
-import math
 import os
 from typing import Any, NamedTuple
 
@@ -150,6 +149,5 @@ def describe(where: Placement) -> str:
   """One line: the devices, processes and what is split over them."""
   if where.mesh is None:
     return 'one device'
-  count = math.prod(where.mesh.devices.shape)
-  return (f'{count} devices ({jax.process_count()} process(es)), '
+  return (f'{where.mesh.devices.size} devices ({jax.process_count()} process(es)), '
           f'{"batch" if where.layout == "data" else "runs"} split over them')

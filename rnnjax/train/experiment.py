@@ -22,8 +22,8 @@ from rnnjax.train import devices
 from rnnjax.train import optimizers
 
 __all__ = ['Check', 'Field', 'Experiment', 'TRAINER_FIELDS', 'HARNESS_COLUMNS', 'integer',
-           'number', 'one_of',
-           'check', 'load', 'locate', 'override', 'as_dict', 'from_dict', 'flat', 'group_key']
+           'number', 'one_of', 'check', 'load', 'locate', 'override', 'as_dict', 'from_dict',
+           'flat', 'group_key']
 
 
 class Check(NamedTuple):
@@ -304,11 +304,9 @@ def from_dict(experiment: Experiment, values: Mapping[str, Any]) -> ml_collectio
     raise ValueError(f'config.experiment: expected {experiment.name!r} (the experiment this '
                      f'job runs), got {values["experiment"]!r}')
   defaults = experiment.config()
-
-  def typed(name: str, value: Any) -> Any:
-    return tuple(value) if isinstance(value, list) and isinstance(defaults.get(name),
-                                                                  tuple) else value
-  return override(defaults, {k: typed(k, v) for k, v in values.items() if k != 'experiment'})
+  return override(defaults, {
+      k: tuple(v) if isinstance(v, list) and isinstance(defaults.get(k), tuple) else v
+      for k, v in values.items() if k != 'experiment'})
 
 
 def flat(record: Mapping, prefix: str = '') -> dict:
