@@ -186,8 +186,8 @@ def _format(value: Any, underflow: str = '') -> str:
 
 def _header(column: str, value: Any) -> str:
   """A column's name in a Markdown table, saying what a statistic over seeds holds."""
-  if isinstance(value, Rate):
-    return f'{column}' if ' <= ' in column else f'{column}: k of n (95% CI)'
+  if isinstance(value, Rate) and ' <= ' not in column:  # a budget's column says it itself
+    return f'{column}: k of n (95% CI)'
   if isinstance(value, Spread):
     return f'{column}: median [IQR]'
   return column
@@ -325,7 +325,7 @@ def _plot_profiles(rows: list[dict], keys: Sequence[str], curve_key: str,
     for when, style in (('final', '-'), ('first', '--')):
       series = [[m.get(f'{when}_profile_k{k}', math.nan) for k in PROFILE_DISTANCES]
                 for m in members if m['status'] in run_folder.ENDED]
-      medians, lows, highs = _median_band(series) if series else ([], [], [])
+      medians, lows, highs = _median_band(series)
       points = [(int(k), v, low, high) for k, v, low, high in zip(
           PROFILE_DISTANCES, medians, lows, highs) if math.isfinite(v) and v > 0]
       if points:
