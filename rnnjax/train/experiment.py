@@ -220,8 +220,7 @@ def check(experiment: Experiment, config: ml_collections.ConfigDict) -> None:
     if field.check is not None and not _passes(field.check, config[name]):
       raise ValueError(f'config.{name}: expected {field.check.expected}, got {config[name]!r}')
   try:  # the optimizer's own rules across its fields (the clip threshold of a clipping)
-    optimizers.check(config.optimizer, config.learning_rate, config.clipping,
-                     config.clip_threshold)
+    optimizers.check(config.optimizer, config.learning_rate, config.clipping, config.clip_threshold)
   except ValueError as error:
     raise ValueError(f'config.{error}') from None
   if experiment.check is not None:

@@ -305,8 +305,7 @@ def _draw(path: pathlib.Path, panels: dict[str, list], xlabel: str, ylabel: str,
 def _median_band(series: list[list[float]]) -> tuple[list[float], list[float], list[float]]:
   """Per position, the median and quartiles of the series' finite values (NaN for none)."""
   statistics = [spread(values) for values in zip(*series)]
-  return ([s.median for s in statistics], [s.q1 for s in statistics],
-          [s.q3 for s in statistics])
+  return ([s.median for s in statistics], [s.q1 for s in statistics], [s.q3 for s in statistics])
 
 
 def _plot_profiles(rows: list[dict], keys: Sequence[str], curve_key: str,
@@ -361,8 +360,7 @@ def _plot_heatmaps(rows: list[dict], keys: Sequence[str], value: str, x: str,
     figure, axis = pyplot().subplots(figsize=(1.2 * len(columns) + 3.5, 0.45 * len(labels) + 1.5))
     image = axis.imshow(grid, vmin=0, vmax=1, cmap='viridis', aspect='auto')
     axis.set_xticks(range(len(columns)), [str(c) for c in columns])
-    axis.set_yticks(range(len(labels)), [' '.join(map(str, label)) for label in labels],
-                    fontsize=8)
+    axis.set_yticks(range(len(labels)), [' '.join(map(str, label)) for label in labels], fontsize=8)
     axis.set_xlabel(x)
     for i, grid_row in enumerate(grid):
       for j, mean in enumerate(grid_row):
@@ -385,8 +383,7 @@ def _plot_rates(aggregated: list[dict], keys: Sequence[str], name: str,
     panels.setdefault(f'{panel_key}={row.get(panel_key)}', []).append(
         (budgets, [r.successes / r.trials for r in rates], dict(marker='o', label=label),
          ([r.low for r in rates], [r.high for r in rates])))
-  _draw(folder / f'rate_{name}.png', panels, f'{name} at most (budget)', 'fraction of runs',
-        'x')
+  _draw(folder / f'rate_{name}.png', panels, f'{name} at most (budget)', 'fraction of runs', 'x')
 
 
 def _plot_curves(runs: Sequence[dict], keys: Sequence[str], name: str,
@@ -476,8 +473,7 @@ def write(runs: Sequence[dict], keys: Sequence[str], kind: experiment.Experiment
         'Wilson interval.'])), folder, 'results_over_seeds', kind.positive)
     for plot in kind.plots:
       if plot[0] == 'rate':
-        _plot_rates(aggregated, [k for k in keys if k != 'seed'], plot[1], plot[2], plot[3],
-                    folder)
+        _plot_rates(aggregated, [k for k in keys if k != 'seed'], plot[1], plot[2], plot[3], folder)
   for plot in kind.plots:
     if plot[0] == 'curve':
       _plot_curves(runs, keys, plot[1], folder)
