@@ -463,6 +463,7 @@ def write(runs: Sequence[dict], keys: Sequence[str], kind: experiment.Experiment
       '\n\n'.join(filter(None, [heading, f'One run a row ({seeds} seed(s)).'])), kind.positive)
   run_folder.write(folder / 'results.md', markdown)
   run_folder.write(folder / 'results.csv', _csv(rows))
+  aggregated: list[dict] | None = None  # the rows over seeds, where the seed is swept
   if 'seed' in keys and len(keys) > 1:
     budgets = [(plot[1], budget) for plot in kind.plots if plot[0] == 'rate'
                for budget in plot[2]]
@@ -471,11 +472,10 @@ def write(runs: Sequence[dict], keys: Sequence[str], kind: experiment.Experiment
         heading, 'One setting a row, over its seeds: a number is the median [interquartile '
         'range] of the seeds where it is finite, a yes/no field the count of yes with its 95% '
         'Wilson interval.'])), folder, 'results_over_seeds', kind.positive)
-    for plot in kind.plots:
-      if plot[0] == 'rate':
-        _plot_rates(aggregated, [k for k in keys if k != 'seed'], plot[1], plot[2], plot[3], folder)
   for plot in kind.plots:
-    if plot[0] == 'curve':
+    if plot[0] == 'rate' and aggregated is not None:
+      _plot_rates(aggregated, [k for k in keys if k != 'seed'], plot[1], plot[2], plot[3], folder)
+    elif plot[0] == 'curve':
       _plot_curves(runs, keys, plot[1], folder)
     elif plot[0] == 'profile' and plot[1] in keys:
       _plot_profiles(rows, keys, plot[1], folder)
