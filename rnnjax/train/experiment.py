@@ -36,10 +36,9 @@ def _is_int(value: Any) -> bool:
   return isinstance(value, int) and not isinstance(value, bool)
 
 
-def integer(low: int, below: int | None = None) -> Check:
-  """An int >= ``low`` (and < ``below``)."""
-  return Check(f'an int >= {low}' + (f' and < {below}' if below is not None else ''),
-               lambda v: _is_int(v) and v >= low and (below is None or v < below))
+def integer(low: int) -> Check:
+  """An int >= ``low``."""
+  return Check(f'an int >= {low}', lambda v: _is_int(v) and v >= low)
 
 
 def number(low: float = 0.0, strict: bool = False, high: float = math.inf) -> Check:
