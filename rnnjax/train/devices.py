@@ -37,11 +37,6 @@ class Placement(NamedTuple):
   mesh: jax.sharding.Mesh | None
 
 
-def _batch_size(batch: Any) -> int | None:
-  sizes = {np.shape(leaf)[0] for leaf in jax.tree_util.tree_leaves(batch) if np.ndim(leaf)}
-  return sizes.pop() if len(sizes) == 1 else None
-
-
 def placement(layout: str, runs: int, batch: Any) -> Placement:
   """The ``Placement`` on ``jax.devices()`` of a group of ``runs`` runs whose batches look
   like ``batch`` (leading axes: the batch axis), for ``layout`` (``config.layout``).
@@ -53,7 +48,9 @@ def placement(layout: str, runs: int, batch: Any) -> Placement:
   if layout not in LAYOUTS:
     raise ValueError(f'config.layout: expected one of {LAYOUTS}, got {layout!r}')
   devices = jax.devices()
-  count, batch_size = len(devices), _batch_size(batch)
+  count = len(devices)
+  sizes = {np.shape(leaf)[0] for leaf in jax.tree_util.tree_leaves(batch) if np.ndim(leaf)}
+  batch_size = sizes.pop() if len(sizes) == 1 else None  # None: no one batch axis
   if count == 1:
     return Placement('single', None)
   if layout == 'auto':
