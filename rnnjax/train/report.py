@@ -62,11 +62,7 @@ class Spread(NamedTuple):
 
 
 def wilson(successes: int, trials: int) -> Rate:
-  """``Rate`` of ``successes`` of ``trials`` (NaN bounds for no trials).
-
-  References:
-    Wilson (1927); ``scipy.stats.binomtest(...).proportion_ci(method='wilson')``.
-  """
+  """``Rate`` of ``successes`` of ``trials`` (NaN bounds for no trials; Wilson (1927))."""
   if not trials:
     return Rate(successes, trials, math.nan, math.nan)
   from scipy import stats
