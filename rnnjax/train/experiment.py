@@ -179,8 +179,7 @@ def load(name: str) -> Experiment:
     ValueError: naming ``config.experiment``: no module path, a module that cannot be
       imported or one without an ``Experiment``.
   """
-  if not (isinstance(name, str) and name and all(part.isidentifier()
-                                                  for part in name.split('.'))):
+  if not (isinstance(name, str) and all(part.isidentifier() for part in name.split('.'))):
     raise ValueError(f'config.experiment: expected the path of a module that defines '
                      f'EXPERIMENT (e.g. experiments.char_lm), got {name!r}')
   try:
@@ -255,9 +254,8 @@ def locate(config: ml_collections.ConfigDict, name: str) -> tuple:
   for depth, part in enumerate(parts):
     fields = list(holder.keys()) if isinstance(holder, ml_collections.ConfigDict) else []
     if part not in fields:
-      where = '.'.join(parts[:depth])
       if not isinstance(holder, ml_collections.ConfigDict):
-        hint = f' (config.{where} is {holder!r}, which has no fields)'
+        hint = f' (config.{".".join(parts[:depth])} is {holder!r}, which has no fields)'
       else:
         close = difflib.get_close_matches(part, fields, n=1)
         hint = (f'; did you mean {".".join(parts[:depth] + close[:1])}?' if close
