@@ -248,11 +248,12 @@ def _csv(rows: list[dict]) -> str:
 
 def save(figure: Any, path: pathlib.Path) -> None:
   """Writes the figure as PNG (120 dpi) atomically (``run_folder.write``) and closes it."""
+  import matplotlib.pyplot as plt  # not pyplot(): a switch to Agg closes every figure
   data = io.BytesIO()
   figure.tight_layout()
   figure.savefig(data, dpi=120, format='png')
   run_folder.write(path, data.getvalue())
-  pyplot().close(figure)
+  plt.close(figure)
 
 
 def table(rows: list[dict], heading: str, folder: pathlib.Path, name: str,
