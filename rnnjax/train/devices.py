@@ -9,7 +9,6 @@ placed. Host values become global arrays through ``jax.make_array_from_callback`
 process passes the same host value and keeps its own shards.
 """
 
-import math
 import os
 from typing import Any, NamedTuple
 
@@ -38,11 +37,6 @@ class Placement(NamedTuple):
   mesh: jax.sharding.Mesh | None
 
 
-def _batch_size(batch: Any) -> int | None:
-  sizes = {np.shape(leaf)[0] for leaf in jax.tree_util.tree_leaves(batch) if np.ndim(leaf)}
-  return sizes.pop() if len(sizes) == 1 else None
-
-
 def placement(layout: str, runs: int, batch: Any) -> Placement:
   """The ``Placement`` on ``jax.devices()`` of a group of ``runs`` runs whose batches look
   like ``batch`` (leading axes: the batch axis), for ``layout`` (``config.layout``).
@@ -54,7 +48,9 @@ def placement(layout: str, runs: int, batch: Any) -> Placement:
   if layout not in LAYOUTS:
     raise ValueError(f'config.layout: expected one of {LAYOUTS}, got {layout!r}')
   devices = jax.devices()
-  count, batch_size = len(devices), _batch_size(batch)
+  count = len(devices)
+  sizes = {np.shape(leaf)[0] for leaf in jax.tree_util.tree_leaves(batch) if np.ndim(leaf)}
+  batch_size = sizes.pop() if len(sizes) == 1 else None  # None: no one batch axis
   if count == 1:
     return Placement('single', None)
   if layout == 'auto':
@@ -150,6 +146,5 @@ def describe(where: Placement) -> str:
   """One line: the devices, processes and what is split over them."""
   if where.mesh is None:
     return 'one device'
-  count = math.prod(where.mesh.devices.shape)
-  return (f'{count} devices ({jax.process_count()} process(es)), '
+  return (f'{where.mesh.devices.size} devices ({jax.process_count()} process(es)), '
           f'{"batch" if where.layout == "data" else "runs"} split over them')

@@ -22,8 +22,8 @@ from rnnjax.train import devices
 from rnnjax.train import optimizers
 
 __all__ = ['Check', 'Field', 'Experiment', 'TRAINER_FIELDS', 'HARNESS_COLUMNS', 'integer',
-           'number', 'one_of',
-           'check', 'load', 'locate', 'override', 'as_dict', 'from_dict', 'flat', 'group_key']
+           'number', 'one_of', 'check', 'load', 'locate', 'override', 'as_dict', 'from_dict',
+           'flat', 'group_key']
 
 
 class Check(NamedTuple):
@@ -36,10 +36,9 @@ def _is_int(value: Any) -> bool:
   return isinstance(value, int) and not isinstance(value, bool)
 
 
-def integer(low: int, below: int | None = None) -> Check:
-  """An int >= ``low`` (and < ``below``)."""
-  return Check(f'an int >= {low}' + (f' and < {below}' if below is not None else ''),
-               lambda v: _is_int(v) and v >= low and (below is None or v < below))
+def integer(low: int) -> Check:
+  """An int >= ``low``."""
+  return Check(f'an int >= {low}', lambda v: _is_int(v) and v >= low)
 
 
 def number(low: float = 0.0, strict: bool = False, high: float = math.inf) -> Check:
@@ -180,8 +179,7 @@ def load(name: str) -> Experiment:
     ValueError: naming ``config.experiment``: no module path, a module that cannot be
       imported or one without an ``Experiment``.
   """
-  if not (isinstance(name, str) and name and all(part.isidentifier()
-                                                  for part in name.split('.'))):
+  if not (isinstance(name, str) and all(part.isidentifier() for part in name.split('.'))):
     raise ValueError(f'config.experiment: expected the path of a module that defines '
                      f'EXPERIMENT (e.g. experiments.char_lm), got {name!r}')
   try:
@@ -220,8 +218,7 @@ def check(experiment: Experiment, config: ml_collections.ConfigDict) -> None:
     if field.check is not None and not _passes(field.check, config[name]):
       raise ValueError(f'config.{name}: expected {field.check.expected}, got {config[name]!r}')
   try:  # the optimizer's own rules across its fields (the clip threshold of a clipping)
-    optimizers.check(config.optimizer, config.learning_rate, config.clipping,
-                     config.clip_threshold)
+    optimizers.check(config.optimizer, config.learning_rate, config.clipping, config.clip_threshold)
   except ValueError as error:
     raise ValueError(f'config.{error}') from None
   if experiment.check is not None:
@@ -257,9 +254,8 @@ def locate(config: ml_collections.ConfigDict, name: str) -> tuple:
   for depth, part in enumerate(parts):
     fields = list(holder.keys()) if isinstance(holder, ml_collections.ConfigDict) else []
     if part not in fields:
-      where = '.'.join(parts[:depth])
       if not isinstance(holder, ml_collections.ConfigDict):
-        hint = f' (config.{where} is {holder!r}, which has no fields)'
+        hint = f' (config.{".".join(parts[:depth])} is {holder!r}, which has no fields)'
       else:
         close = difflib.get_close_matches(part, fields, n=1)
         hint = (f'; did you mean {".".join(parts[:depth] + close[:1])}?' if close
@@ -304,11 +300,9 @@ def from_dict(experiment: Experiment, values: Mapping[str, Any]) -> ml_collectio
     raise ValueError(f'config.experiment: expected {experiment.name!r} (the experiment this '
                      f'job runs), got {values["experiment"]!r}')
   defaults = experiment.config()
-
-  def typed(name: str, value: Any) -> Any:
-    return tuple(value) if isinstance(value, list) and isinstance(defaults.get(name),
-                                                                  tuple) else value
-  return override(defaults, {k: typed(k, v) for k, v in values.items() if k != 'experiment'})
+  return override(defaults, {
+      k: tuple(v) if isinstance(v, list) and isinstance(defaults.get(k), tuple) else v
+      for k, v in values.items() if k != 'experiment'})
 
 
 def flat(record: Mapping, prefix: str = '') -> dict:

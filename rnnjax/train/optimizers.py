@@ -85,8 +85,7 @@ def make_optimizer(name: str, learning_rate: float, clipping: str = 'none',
     if decay_every:
       schedule = optax.scale_by_schedule(optax.exponential_decay(
           1.0, decay_every, decay, decay_begin, staircase=True))
-    return optax.chain(clip, OPTIMIZERS[name](learning_rate), schedule,
-                       clippers.measure_updates())
+    return optax.chain(clip, OPTIMIZERS[name](learning_rate), schedule, clippers.measure_updates())
 
   threshold = math.inf if clipping == 'none' else clip_threshold
   return optax.inject_hyperparams(factory)(learning_rate=learning_rate, clip_threshold=threshold)

@@ -62,11 +62,7 @@ class Spread(NamedTuple):
 
 
 def wilson(successes: int, trials: int) -> Rate:
-  """``Rate`` of ``successes`` of ``trials`` (NaN bounds for no trials).
-
-  References:
-    Wilson (1927); ``scipy.stats.binomtest(...).proportion_ci(method='wilson')``.
-  """
+  """``Rate`` of ``successes`` of ``trials`` (NaN bounds for no trials; Wilson (1927))."""
   if not trials:
     return Rate(successes, trials, math.nan, math.nan)
   from scipy import stats
@@ -128,20 +124,24 @@ def _rows(runs: Sequence[dict], keys: Sequence[str], reported: Sequence[str],
   return [{c: row.get(c) for c in columns} for row in rows]
 
 
+def _settings(rows: Sequence[dict], keys: Sequence[str]) -> list[list[dict]]:
+  """The rows by their swept values but the seed (compared by repr), in first-seen order."""
+  groups: dict[tuple, list[dict]] = {}
+  for row in rows:
+    groups.setdefault(tuple(repr(row.get(k)) for k in keys if k != 'seed'), []).append(row)
+  return list(groups.values())
+
+
 def _over_seeds(rows: list[dict], keys: Sequence[str], reported: Sequence[str],
                 budgets: Sequence[tuple[str, float]]) -> list[dict]:
   """One row per combination of the swept keys but the seed (the module docstring): a
   ``Rate`` for each yes/no field and each ``(field, budget)``, a ``Spread`` for each number
   and each profile distance, over the seeds that ended."""
-  settings = [k for k in keys if k != 'seed']
-  groups: dict[tuple, list[dict]] = {}
-  for row in rows:
-    groups.setdefault(tuple(repr(row.get(k)) for k in settings), []).append(row)
   profiles = [c for c in dict.fromkeys(c for row in rows for c in row) if '_profile_k' in c]
   aggregated = []
-  for members in groups.values():
-    out: dict[str, Any] = {k: members[0].get(k) for k in settings}  # a key empty in every
-    # row that ended has no column (``_rows``)
+  for members in _settings(rows, keys):
+    # .get: a key empty in every row that ended has no column (``_rows``)
+    out: dict[str, Any] = {k: members[0].get(k) for k in keys if k != 'seed'}
     ended = [m for m in members if m['status'] in run_folder.ENDED]
     out['seeds'] = len(members)
     out['diverged'] = sum(m['status'] == 'diverged' for m in members)
@@ -162,10 +162,6 @@ def _over_seeds(rows: list[dict], keys: Sequence[str], reported: Sequence[str],
   return aggregated
 
 
-def _number(value: float) -> str:
-  return f'{value:.3g}' if abs(value) < 1e-2 or abs(value) >= 1e4 else f'{value:.3f}'
-
-
 def _format(value: Any, underflow: str = '') -> str:
   """A table cell: yes/no, '-' for NaN and None, ``underflow`` (a bound) for an exact 0 where given,
   k/n (low-high) for a ``Rate``, median [q1, q3] for a ``Spread`` of several runs, and text
@@ -175,27 +171,23 @@ def _format(value: Any, underflow: str = '') -> str:
       return '-'
     return f'{value.successes}/{value.trials} ({value.low:.2f}-{value.high:.2f})'
   if isinstance(value, Spread):
-    if value.finite < 2:
-      return _format(value.median, underflow)
-    return (f'{_format(value.median, underflow)} [{_format(value.q1, underflow)}, '
-            f'{_format(value.q3, underflow)}]')
+    median, q1, q3 = (_format(v, underflow) for v in (value.median, value.q1, value.q3))
+    return median if value.finite < 2 else f'{median} [{q1}, {q3}]'
   if isinstance(value, bool):
     return 'yes' if value else 'no'
-  if value is None:
+  if value is None or (isinstance(value, float) and math.isnan(value)):
     return '-'
-  if isinstance(value, float):
-    if math.isnan(value):
-      return '-'
-    if math.isinf(value):
-      return 'inf' if value > 0 else '-inf'
-    return underflow if value == 0 and underflow else _number(value)
+  if isinstance(value, float):  # inf prints as inf by .3g
+    if value == 0 and underflow:
+      return underflow
+    return f'{value:.3g}' if abs(value) < 1e-2 or abs(value) >= 1e4 else f'{value:.3f}'
   return ' '.join(str(value).replace('|', '\\|').splitlines())
 
 
 def _header(column: str, value: Any) -> str:
   """A column's name in a Markdown table, saying what a statistic over seeds holds."""
-  if isinstance(value, Rate):
-    return f'{column}' if ' <= ' in column else f'{column}: k of n (95% CI)'
+  if isinstance(value, Rate) and ' <= ' not in column:  # a budget's column says it itself
+    return f'{column}: k of n (95% CI)'
   if isinstance(value, Spread):
     return f'{column}: median [IQR]'
   return column
@@ -210,8 +202,7 @@ def _markdown(rows: list[dict], heading: str, positive: Sequence[str] = ()) -> s
   cells: list[dict[str, str]] = []
   names: dict[str, str] = {}
   for row in rows:
-    dtype = str(row['dtype']) if row.get('dtype') in ('float64', 'float16', 'bfloat16') else (
-        'float32')
+    dtype = row['dtype'] if row.get('dtype') in ('float64', 'float16', 'bfloat16') else 'float32'
     cell = {}
     for column, value in row.items():
       if '_profile_k' not in column:
@@ -261,7 +252,7 @@ def _csv(rows: list[dict]) -> str:
 
 def save(figure: Any, path: pathlib.Path) -> None:
   """Writes the figure as PNG (120 dpi) atomically (``run_folder.write``) and closes it."""
-  import matplotlib.pyplot as plt
+  import matplotlib.pyplot as plt  # not pyplot(): a switch to Agg closes every figure
   data = io.BytesIO()
   figure.tight_layout()
   figure.savefig(data, dpi=120, format='png')
@@ -312,22 +303,10 @@ def _draw(path: pathlib.Path, panels: dict[str, list], xlabel: str, ylabel: str,
   save(figure, path)
 
 
-def _settings(rows: Sequence[dict], keys: Sequence[str]) -> dict[tuple, list[dict]]:
-  """The rows by their swept values but the seed, in first-seen order."""
-  groups: dict[tuple, list[dict]] = {}
-  for row in rows:
-    groups.setdefault(tuple((k, row[k]) for k in keys if k != 'seed'), []).append(row)
-  return groups
-
-
 def _median_band(series: list[list[float]]) -> tuple[list[float], list[float], list[float]]:
   """Per position, the median and quartiles of the series' finite values (NaN for none)."""
-  out: tuple[list[float], list[float], list[float]] = ([], [], [])
-  for values in zip(*series):
-    statistic = spread(values)
-    for target, value in zip(out, (statistic.median, statistic.q1, statistic.q3)):
-      target.append(value)
-  return out
+  statistics = [spread(values) for values in zip(*series)]
+  return ([s.median for s in statistics], [s.q1 for s in statistics], [s.q3 for s in statistics])
 
 
 def _plot_profiles(rows: list[dict], keys: Sequence[str], curve_key: str,
@@ -338,15 +317,15 @@ def _plot_profiles(rows: list[dict], keys: Sequence[str], curve_key: str,
   panel_keys = [k for k in keys if k not in (curve_key, 'seed')]
   curves = list(dict.fromkeys(row[curve_key] for row in rows))
   panels: dict[str, list] = {}
-  for setting, members in _settings(rows, keys).items():
-    values = dict(setting)
+  for members in _settings(rows, keys):
+    values = members[0]
     panel = panels.setdefault(', '.join(f'{k}={values[k]}' for k in panel_keys), [])
     color = pyplot().get_cmap('viridis')(curves.index(values[curve_key]) /
                                           max(len(curves) - 1, 1))
     for when, style in (('final', '-'), ('first', '--')):
       series = [[m.get(f'{when}_profile_k{k}', math.nan) for k in PROFILE_DISTANCES]
                 for m in members if m['status'] in run_folder.ENDED]
-      medians, lows, highs = _median_band(series) if series else ([], [], [])
+      medians, lows, highs = _median_band(series)
       points = [(int(k), v, low, high) for k, v, low, high in zip(
           PROFILE_DISTANCES, medians, lows, highs) if math.isfinite(v) and v > 0]
       if points:
@@ -379,12 +358,10 @@ def _plot_heatmaps(rows: list[dict], keys: Sequence[str], value: str, x: str,
                 row['status'] in run_folder.ENDED and not math.isnan(float(row[value]))]
         grid[i][j] = sum(cell) / len(cell) if cell else math.nan
     name = ','.join(f'{k}={v}' for k, v in zip(panels, panel)) or 'all'
-    path = folder / f'heatmap_{name}.png'
     figure, axis = pyplot().subplots(figsize=(1.2 * len(columns) + 3.5, 0.45 * len(labels) + 1.5))
     image = axis.imshow(grid, vmin=0, vmax=1, cmap='viridis', aspect='auto')
     axis.set_xticks(range(len(columns)), [str(c) for c in columns])
-    axis.set_yticks(range(len(labels)), [' '.join(map(str, label)) for label in labels],
-                    fontsize=8)
+    axis.set_yticks(range(len(labels)), [' '.join(map(str, label)) for label in labels], fontsize=8)
     axis.set_xlabel(x)
     for i, grid_row in enumerate(grid):
       for j, mean in enumerate(grid_row):
@@ -392,7 +369,7 @@ def _plot_heatmaps(rows: list[dict], keys: Sequence[str], value: str, x: str,
                   color='white' if math.isnan(mean) or mean < 0.5 else 'black', fontsize=8)
     axis.set_title(f'{value} (mean over seeds), {name}', fontsize=9)
     figure.colorbar(image, ax=axis, fraction=0.04)
-    save(figure, path)
+    save(figure, folder / f'heatmap_{name}.png')
 
 
 def _plot_rates(aggregated: list[dict], keys: Sequence[str], name: str,
@@ -407,8 +384,7 @@ def _plot_rates(aggregated: list[dict], keys: Sequence[str], name: str,
     panels.setdefault(f'{panel_key}={row.get(panel_key)}', []).append(
         (budgets, [r.successes / r.trials for r in rates], dict(marker='o', label=label),
          ([r.low for r in rates], [r.high for r in rates])))
-  _draw(folder / f'rate_{name}.png', panels, f'{name} at most (budget)', 'fraction of runs',
-        'x')
+  _draw(folder / f'rate_{name}.png', panels, f'{name} at most (budget)', 'fraction of runs', 'x')
 
 
 def _plot_curves(runs: Sequence[dict], keys: Sequence[str], name: str,
@@ -417,8 +393,7 @@ def _plot_curves(runs: Sequence[dict], keys: Sequence[str], name: str,
   labelled by its swept values (over seeds: the median at each step, the interquartile
   range shaded); ``curve_<name>.png``."""
   curves = []
-  for setting, members in _settings([dict(run['values'], run=run) for run in runs],
-                                    keys).items():
+  for members in _settings([dict(run['values'], run=run) for run in runs], keys):
     series = []
     for member in members:
       lines = records.read_metrics(folder / member['run']['name'])
@@ -427,7 +402,8 @@ def _plot_curves(runs: Sequence[dict], keys: Sequence[str], name: str,
     if steps:
       medians, lows, highs = _median_band(
           [[values.get(step, math.nan) for step in steps] for values in series])
-      curves.append((steps, medians, dict(label=', '.join(f'{k}={v}' for k, v in setting)),
+      label = ', '.join(f'{k}={members[0][k]}' for k in keys if k != 'seed')
+      curves.append((steps, medians, dict(label=label),
                      *([(lows, highs)] if len(members) > 1 else [])))
   _draw(folder / f'curve_{name}.png', {'': curves}, 'step', name)
 
@@ -473,8 +449,7 @@ def write(runs: Sequence[dict], keys: Sequence[str], kind: experiment.Experiment
   Raises:
     OSError: a table or plot cannot be written.
   """
-  reported = kind.report
-  rows = _rows(runs, keys, reported, experiment.flat(experiment.as_dict(kind.config())))
+  rows = _rows(runs, keys, kind.report, experiment.flat(experiment.as_dict(kind.config())))
   timings = [run['timing'] for run in runs if run['timing']]
   heading = '' if not timings else 'Measured at commit {} on {} (host {}).'.format(
       *(', '.join(sorted({t.get(k, 'unknown') for t in timings}))
@@ -482,30 +457,26 @@ def write(runs: Sequence[dict], keys: Sequence[str], kind: experiment.Experiment
   if command_line:
     heading += ('\n\nSet for every run on the command line: '
                 + ', '.join(f'{name}={value!r}' for name, value in command_line.items()) + '.')
-  shown = {'status', 'seconds', *keys, *reported}
+  shown = {'status', 'seconds', *keys, *kind.report}
   seeds = len({row.get('seed') for row in rows})
-  table = _markdown([{c: v for c, v in row.items() if c in shown or '_profile_k' in c}
-                     for row in rows],
-                    '\n\n'.join(filter(None, [heading, f'One run a row ({seeds} seed(s)).'])),
-                    kind.positive)
-  run_folder.write(folder / 'results.md', table)
+  markdown = _markdown(
+      [{c: v for c, v in row.items() if c in shown or '_profile_k' in c} for row in rows],
+      '\n\n'.join(filter(None, [heading, f'One run a row ({seeds} seed(s)).'])), kind.positive)
+  run_folder.write(folder / 'results.md', markdown)
   run_folder.write(folder / 'results.csv', _csv(rows))
+  aggregated: list[dict] | None = None  # the rows over seeds, where the seed is swept
   if 'seed' in keys and len(keys) > 1:
     budgets = [(plot[1], budget) for plot in kind.plots if plot[0] == 'rate'
                for budget in plot[2]]
-    aggregated = _over_seeds(rows, keys, reported, budgets)
-    run_folder.write(folder / 'results_over_seeds.md', _markdown(
-        aggregated, '\n\n'.join(filter(None, [
-            heading, 'One setting a row, over its seeds: a number is the median '
-            '[interquartile range] of the seeds where it is finite, a yes/no field the count '
-            'of yes with its 95% Wilson interval.'])), kind.positive))
-    run_folder.write(folder / 'results_over_seeds.csv', _csv(aggregated))
-    for plot in kind.plots:
-      if plot[0] == 'rate':
-        _plot_rates(aggregated, [k for k in keys if k != 'seed'], plot[1], plot[2], plot[3],
-                    folder)
+    aggregated = _over_seeds(rows, keys, kind.report, budgets)
+    table(aggregated, '\n\n'.join(filter(None, [
+        heading, 'One setting a row, over its seeds: a number is the median [interquartile '
+        'range] of the seeds where it is finite, a yes/no field the count of yes with its 95% '
+        'Wilson interval.'])), folder, 'results_over_seeds', kind.positive)
   for plot in kind.plots:
-    if plot[0] == 'curve':
+    if plot[0] == 'rate' and aggregated is not None:
+      _plot_rates(aggregated, [k for k in keys if k != 'seed'], plot[1], plot[2], plot[3], folder)
+    elif plot[0] == 'curve':
       _plot_curves(runs, keys, plot[1], folder)
     elif plot[0] == 'profile' and plot[1] in keys:
       _plot_profiles(rows, keys, plot[1], folder)
@@ -515,4 +486,4 @@ def write(runs: Sequence[dict], keys: Sequence[str], kind: experiment.Experiment
       _plot_points(rows, plot[1], plot[2], plot[3], plot[4], folder)
   for analysis in kind.analyses:
     analysis(runs, keys, folder, heading)
-  return table
+  return markdown
