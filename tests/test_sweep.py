@@ -4,6 +4,7 @@ import csv
 import json
 import math
 import os
+import pathlib
 import re
 import signal
 import subprocess
@@ -77,6 +78,10 @@ def test_sweep_runs_skips_and_tabulates(tmp_path, shared_data_dir):
     log = (workdir / name / 'log.txt').read_text()
     assert 'rnnjax.train.job' in log and 'step 30/30' in log
     assert 'orbax' not in log and 'CheckpointManager' not in log  # libraries' INFO left out
+    other, = set(ended) - {name}  # a run's log holds its lines, not its group's other run's
+    assert log.count('step 30/30') == 1 and other not in log
+    job_log = re.search(r"the job's log: (\S+)", log)[1]  # the group's lines, written once
+    assert '2 run(s) on one device' in pathlib.Path(job_log).read_text()
   rows = list(csv.DictReader(open(workdir / 'results.csv')))
   assert [r['spectral_radius'] for r in rows] == ['0.5', '1.5', '-1.0']
   assert [r['status'] for r in rows] == ['finished', 'finished', 'failed']

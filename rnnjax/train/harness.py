@@ -137,7 +137,8 @@ def run_group(kind: experiment.Experiment, configs: Sequence[ConfigDict],
         run_folder.write_json(plans[i].folder / run_folder.SUMMARY, summary)
       summaries[i] = summary
       logging.info('%s: %s; seconds %s', plans[i].folder, summary['status'],
-                   ', '.join(f'{k} {v:.1f}' for k, v in run_seconds.items()))
+                   ', '.join(f'{k} {v:.1f}' for k, v in run_seconds.items()),
+                   extra=run_folder.about(plans[i].folder))
       if on_progress is not None:
         on_progress(summary['steps_done'])
   finally:

@@ -45,7 +45,8 @@ def read_metrics(folder: pathlib.Path) -> list[dict]:
     if isinstance(line, dict) and isinstance(line.get('step'), int):
       lines.append(line)
     elif number < len(texts):
-      logging.warning('%s: line %d is not a metrics line; skipped', path, number)
+      logging.warning('%s: line %d is not a metrics line; skipped', path, number,
+                      extra=run_folder.about(folder))
   return lines
 
 

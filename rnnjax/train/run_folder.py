@@ -23,8 +23,9 @@ import socket
 from typing import Any
 
 __all__ = ['CONFIG', 'METRICS', 'SUMMARY', 'TIMING', 'DEVICES', 'CHECKPOINTS', 'TENSORBOARD',
-           'LOCK', 'LOG', 'RUN_FILES', 'ENDED', 'FolderInUse', 'write', 'write_json', 'append_text',
-           'read_json', 'check_path', 'check_links', 'lock', 'clear', 'errno_of']
+           'LOCK', 'LOG', 'SWEEP_INDEX', 'RUN_FILES', 'ENDED', 'FolderInUse', 'write',
+           'write_json', 'append_text', 'read_json', 'check_path', 'check_links', 'lock', 'clear',
+           'about', 'errno_of']
 
 CONFIG = 'config.json'
 METRICS = 'metrics.jsonl'
@@ -162,6 +163,12 @@ def clear(folder: pathlib.Path) -> None:
       shutil.rmtree(entry)
     else:
       entry.unlink()
+
+
+def about(folder: pathlib.Path | None) -> dict:
+  """logging's ``extra`` for a line about the run in ``folder``: a job writes it to that
+  run's log.txt alone (``job``)."""
+  return {'run_folder': folder}
 
 
 def errno_of(error: BaseException) -> int | None:
