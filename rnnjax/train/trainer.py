@@ -391,13 +391,15 @@ class _Group:
       # resumed + 1 from step 0 too: a start killed before its first checkpoint left events
       self.boards = [records.tensorboard(folder, resumed + 1) for folder in self.paths]
     state = devices.place_state(self.where, state)
-    logging.info('%d run(s) on %s', self.runs, devices.describe(self.where))
+    where = devices.describe(self.where)
+    logging.info('%d run(s) on %s', self.runs, where)
     if resumed:
       logging.info('resumed %d run(s) from the checkpoint of step %d', self.runs, resumed)
+    group = 'alone' if self.runs == 1 else f'in a vmapped group of {self.runs} runs'
     for folder in self.paths if self.writer else []:
-      moved = records.record_devices(folder, devices.describe(self.where), resumed)
+      moved = records.record_devices(folder, where, resumed, group)
       if moved:
-        logging.warning('%s', moved)
+        logging.warning('%s', moved, extra=run_folder.about(folder))
     self.charge('setup')
     return state, resumed
 
