@@ -1,10 +1,11 @@
 """The job entry every executor calls: a job is one vmapped group of runs.
 
 A job is a JSON object: ``{"id": "3", "experiment": "experiments.char_lm", "overwrite":
-"changed", "runs": [{"folder": ..., "config": {... as config.json}}, ...], "result":
-".../.jobs/3.result.json", "provenance": {...}, "verbosity": 0}``. ``run_job`` trains it through the harness
-and writes its result file: per run its ``status`` (finished, diverged, failed, interrupted)
-and a one-line ``reason``, and the job's ``exit`` kind (ok, error, full_disk, out_of_memory,
+["changed", ...] (one a run, or one for all), "runs": [{"folder": ..., "config": {... as
+config.json}}, ...], "result": ".../.jobs/3.result.json", "log": ".../.jobs/3.log",
+"provenance": {...}, "verbosity": 0}``. ``run_job`` trains it through the harness and writes
+its result file: per run its ``status`` (finished, diverged, failed, interrupted) and a
+one-line ``reason``, and the job's ``exit`` kind (ok, error, full_disk, out_of_memory,
 interrupted). A process calls ``setup_process`` once before its first job.
 
 Logs: a job's own lines (rnnjax's, the experiment's) at INFO; those of the libraries it runs
@@ -113,7 +114,7 @@ def _initialize_distributed() -> None:
 
 
 def setup_process(signals: Sequence[int] = (signal.SIGTERM, signal.SIGUSR2, signal.SIGINT),
-                  verbosity: int = 0) -> list[int]:
+                  verbosity: int = 0, received: list[int] | None = None) -> list[int]:
   """What a process that runs jobs does once: logs at INFO (``verbosity``, absl's: 1 is DEBUG)
   with the INFO lines of the libraries it runs on left out below 1 (module docstring),
   ``keep_freed_memory``, turns on JAX's persistent compilation cache in
@@ -122,8 +123,9 @@ def setup_process(signals: Sequence[int] = (signal.SIGTERM, signal.SIGUSR2, sign
   to stop.
 
   Returns:
-    the signals received since, in order (empty: go on); a job's runs checkpoint and stop
-    at their next step once it is not. A second SIGINT interrupts at once.
+    ``received`` (the signals received before) with those received since, in order (empty:
+    go on); a job's runs checkpoint and stop at their next step once it is not. A second
+    SIGINT interrupts at once.
   """
   logging.set_verbosity(max(verbosity, logging.INFO))
   logging.get_absl_handler().addFilter(_quiet(verbosity))
@@ -141,7 +143,7 @@ def setup_process(signals: Sequence[int] = (signal.SIGTERM, signal.SIGUSR2, sign
     jax.config.update('jax_compilation_cache_dir', cache)
     jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
     jax.config.update('jax_persistent_cache_min_entry_size_bytes', 0)
-  received: list[int] = []
+  received = [] if received is None else received
 
   def request_stop(signum: int, frame: Any) -> None:
     del frame
