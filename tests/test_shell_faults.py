@@ -8,6 +8,7 @@ import os
 import pathlib
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ import time
 import numpy as np
 import pytest
 
+from rnnjax.data import corpora
 from rnnjax.train import plan
 from rnnjax.train import sweep
 
@@ -32,6 +34,7 @@ import time
 
 import jax
 import jax.numpy as jnp
+from rnnjax.data import corpora
 from rnnjax.train import experiment
 from rnnjax.train import trainer
 
@@ -46,6 +49,9 @@ def hold(phase, label=None):
 
 def task(config):
   hold('task', config.label)
+  if os.environ.get('CORPUS_URL'):  # a corpus behind $CORPUS_URL
+    corpora.CORPORA['remote'] = ('remote.txt', os.environ['CORPUS_URL'], '0' * 64)
+    corpora.corpus_path('remote', os.environ['HOLD_DIR'])
 
   def loss(params, carry, batch, key):
     x = jax.random.normal(key, (8, 2))
@@ -457,3 +463,25 @@ def test_one_run_of_a_sweep_is_cleared_by_its_name(tmp_path):
   result = run_sweep(folder, workdir, '--overwrite_run=label=three')
   assert result.returncode == 1 and result.stderr.startswith(
       "error: --overwrite_run: no run of the sweep has the folder 'label=three'")
+
+
+def test_a_stop_while_the_corpus_downloads_ends_the_run_at_once(tmp_path):
+  """SIGTERM while the corpus downloads from a server that accepts and never answers: the run
+  ends at once with 143, not after the download's timeout, and its folder is not made."""
+  folder = project(tmp_path, '[]')
+  with socket.create_server(('127.0.0.1', 0)) as server:
+    server.settimeout(300)
+    url = f'http://127.0.0.1:{server.getsockname()[1]}/corpus.txt'
+    process = subprocess.Popen(
+        [RUN, '--config=my_config.py', f'--workdir={tmp_path / "run"}'], cwd=folder,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=dict(os.environ, CORPUS_URL=url, HOLD_DIR=str(tmp_path)))
+    connection, _ = server.accept()  # the download has connected, and waits for an answer
+    with connection:
+      time.sleep(0.5)
+      started = time.time()
+      process.send_signal(signal.SIGTERM)
+      output, errors = process.communicate(timeout=120)
+  assert process.returncode == 143 and time.time() - started < corpora.TIMEOUT_SECONDS / 3
+  assert 'stopped on request while the data loaded' in output + errors
+  assert not (tmp_path / 'run').exists()

@@ -11,6 +11,7 @@ TensorBoard) is the trainer's.
 
 import os
 import pathlib
+import threading
 import time
 from typing import Callable, Sequence
 
@@ -61,6 +62,30 @@ def _plans(kind: experiment.Experiment, configs: Sequence[ConfigDict],
   return plans
 
 
+def _load(kind: experiment.Experiment, config: ConfigDict, stop_requested: Callable[[], bool]
+          ) -> trainer.Task:
+  """``kind.task(config)`` in a thread of its own, the caller's waiting for it or a stop
+  request: a stop while the data loads (a download from a server that never answers, say) ends
+  the job at once, not once the network gives up."""
+  outcome: list = []
+
+  def load() -> None:
+    try:
+      outcome.append(kind.task(config))
+    except BaseException as error:  # raised again by the caller
+      outcome.append(error)
+
+  loader = threading.Thread(target=load, name='rnnjax: the task', daemon=True)
+  loader.start()
+  while loader.is_alive():
+    if stop_requested():
+      raise trainer.Interrupted('stopped on request while the data loaded')
+    loader.join(0.1)
+  if isinstance(outcome[0], BaseException):
+    raise outcome[0]
+  return outcome[0]
+
+
 def run_group(kind: experiment.Experiment, configs: Sequence[ConfigDict],
               folders: Sequence[pathlib.Path], overwrite: str | Sequence[str] = 'none',
               stop_requested: Callable[[], bool] | None = None, provenance: dict | None = None,
@@ -104,11 +129,7 @@ def run_group(kind: experiment.Experiment, configs: Sequence[ConfigDict],
       raise ValueError(f'configs: runs of one group may differ only in fields that change no '
                        f'program; these differ in {fields}')
     started = time.perf_counter()
-    try:
-      task = kind.task(configs[todo[0]])
-    finally:  # a stop while the data loads (a download gives up, never hangs) ends the job
-      if stop_requested is not None and stop_requested():
-        raise trainer.Interrupted('stopped on request before training began')
+    task = _load(kind, configs[todo[0]], stop_requested or (lambda: False))
     task_seconds = time.perf_counter() - started
     check_memory(task, configs[todo[0]], len(todo))
     layout = configs[todo[0]].get('layout', 'auto')
