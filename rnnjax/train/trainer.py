@@ -393,11 +393,12 @@ class _Group:
     state = devices.place_state(self.where, state)
     where = devices.describe(self.where)
     logging.info('%d run(s) on %s', self.runs, where)
-    if resumed:
-      logging.info('resumed %d run(s) from the checkpoint of step %d', self.runs, resumed)
     group = 'alone' if self.runs == 1 else f'in a vmapped group of {self.runs} runs'
-    for folder in self.paths if self.writer else []:
-      moved = records.record_devices(folder, where, resumed, group)
+    for folder in self.paths:
+      if resumed:  # in each run's own log
+        logging.info('resumed %d run(s) from the checkpoint of step %d', self.runs, resumed,
+                     extra=run_folder.about(folder))
+      moved = records.record_devices(folder, where, resumed, group) if self.writer else None
       if moved:
         logging.warning('%s', moved, extra=run_folder.about(folder))
     self.charge('setup')
