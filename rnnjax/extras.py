@@ -18,6 +18,7 @@ imports nothing beyond the standard library, so the commands' entry points (``ru
 
 import importlib.util
 import os
+import signal
 import sys
 
 __all__ = ['EXTRAS', 'MissingExtra', 'missing', 'require', 'run_main', 'sweep_main']
@@ -78,6 +79,9 @@ def require(extra: str, what: str) -> None:
 def _command(name: str) -> None:
   """Runs ``rnnjax.train.commands.{name}_main`` after checking the [train] extra (one line
   on stderr and exit status 1 without it)."""
+  received: list[int] = []  # from the first line, SIGINT and SIGTERM are requests to stop,
+  for signum in (signal.SIGINT, signal.SIGTERM):  # acted on once the command can
+    signal.signal(signum, lambda signum, frame: received.append(signum))
   try:
     require('train', f'rnnjax-{name}')
   except MissingExtra as error:
@@ -88,7 +92,7 @@ def _command(name: str) -> None:
   # cache, hundreds a run.
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
   from rnnjax.train import commands
-  getattr(commands, f'{name}_main')()
+  getattr(commands, f'{name}_main')(received)
 
 
 def run_main() -> None:

@@ -1,5 +1,9 @@
 """Corpora with a sha256 check, and token streams cut for truncated BPTT."""
 
+import io
+import re
+import socket
+import threading
 import urllib.request
 
 import numpy as np
@@ -22,9 +26,9 @@ def test_missing_corpus_without_download_says_where_to_put_it(tmp_path):
 
 
 def test_failed_download_says_where_to_put_it(tmp_path, monkeypatch):
-  def offline(url, filename):
+  def offline(url, timeout):
     raise OSError('network unreachable')
-  monkeypatch.setattr(urllib.request, 'urlretrieve', offline)
+  monkeypatch.setattr(urllib.request, 'urlopen', offline)
   with pytest.raises(corpora.CorpusError,
                      match=r'missing and the download failed \(network unreachable\); put the file at'):
     corpora.corpus_path('tinyshakespeare', tmp_path / 'typo' / 'data')
@@ -44,13 +48,30 @@ def test_a_file_or_folder_in_the_wrong_place_is_named(tmp_path):
 
 
 def test_download_is_checked(tmp_path, monkeypatch):
-  def fake_download(url, filename):
+  def fake_download(url, timeout):
     assert url.startswith('https://raw.githubusercontent.com/karpathy/char-rnn/')
-    with open(filename, 'w') as f:
-      f.write('not shakespeare')
-  monkeypatch.setattr(urllib.request, 'urlretrieve', fake_download)
+    return io.BytesIO(b'not shakespeare')
+  monkeypatch.setattr(urllib.request, 'urlopen', fake_download)
   with pytest.raises(corpora.CorpusError, match=r'has sha256 [0-9a-f]{64}, expected 86c4e6aa'):
     corpora.corpus_path('tinyshakespeare', tmp_path)
+
+
+def test_a_server_that_accepts_and_never_answers_times_out(tmp_path, monkeypatch):
+  """A download from a server that takes the connection and sends nothing gives up after
+  ``timeout`` in one line, instead of waiting for ever."""
+  with socket.create_server(('127.0.0.1', 0)) as server:
+    url = f'http://127.0.0.1:{server.getsockname()[1]}/corpus.txt'
+    monkeypatch.setitem(corpora.CORPORA, 'silent', ('silent/corpus.txt', url, '0' * 64))
+    accepted = []
+    threading.Thread(target=lambda: accepted.append(server.accept()), daemon=True).start()
+    errors = []
+    download = threading.Thread(target=lambda: errors.append(pytest.raises(
+        corpora.CorpusError, corpora.corpus_path, 'silent', tmp_path, timeout=0.5)), daemon=True)
+    download.start()
+    download.join(60)
+    assert accepted and not download.is_alive()  # not for ever
+  assert re.fullmatch(r'silent: \S+ is missing and the download failed \(timed out\); put the '
+                      r'file at .*', str(errors[0].value))
 
 
 def test_corrupt_corpus_is_rejected(tmp_path):

@@ -8,6 +8,7 @@ import os
 import pathlib
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ import time
 import numpy as np
 import pytest
 
+from rnnjax.data import corpora
 from rnnjax.train import plan
 from rnnjax.train import sweep
 
@@ -22,14 +24,35 @@ SWEEP = str(pathlib.Path(sys.executable).parent / 'rnnjax-sweep')
 RUN = str(pathlib.Path(sys.executable).parent / 'rnnjax-run')
 
 EXPERIMENT = '''
-"""A tiny experiment: a linear model of noise; ``label`` changes nothing but the name."""
+"""A tiny experiment: a linear model of noise; ``label`` changes nothing but the name. A process
+whose $HOLD names a phase ('check', 'task', 'tables'; 'task:LABEL' the task of that label's
+runs alone) waits there: it writes $HOLD_DIR/<phase>.held and goes on once $HOLD_DIR/go exists
+(a barrier for a test)."""
+import os
+import pathlib
+import time
+
 import jax
 import jax.numpy as jnp
+from rnnjax.data import corpora
 from rnnjax.train import experiment
 from rnnjax.train import trainer
 
 
+def hold(phase, label=None):
+  if os.environ.get('HOLD') in (phase, f'{phase}:{label}'):
+    folder = pathlib.Path(os.environ['HOLD_DIR'])
+    (folder / f'{phase}.held').touch()
+    while not (folder / 'go').exists():
+      time.sleep(0.05)
+
+
 def task(config):
+  hold('task', config.label)
+  if os.environ.get('CORPUS_URL'):  # a corpus behind $CORPUS_URL
+    corpora.CORPORA['remote'] = ('remote.txt', os.environ['CORPUS_URL'], '0' * 64)
+    corpora.corpus_path('remote', os.environ['HOLD_DIR'])
+
   def loss(params, carry, batch, key):
     x = jax.random.normal(key, (8, 2))
     return jnp.mean((x @ params['w'] - x[:, :1]) ** 2), carry
@@ -42,7 +65,8 @@ def task(config):
 EXPERIMENT = experiment.Experiment(
     name=__name__, task=task, fields={'label': experiment.Field('a', None, 'a name'),
                                       'scale': experiment.Field(1.0, None, 'a number')},
-    report=('weight',), vmappable=('seed', 'label', 'scale'))
+    report=('weight',), vmappable=('seed', 'label', 'scale'), check=lambda config: hold('check'),
+    analyses=(lambda runs, keys, folder, heading: hold('tables'),))
 '''
 
 CONFIG = '''
@@ -76,6 +100,19 @@ def project(tmp_path, labels, steps=20):
 def run_sweep(folder, workdir, *flags, **kwargs):
   return subprocess.run([SWEEP, '--config=my_config.py', f'--workdir={workdir}', *flags],
                         cwd=folder, capture_output=True, text=True, timeout=900, **kwargs)
+
+
+def held(command, folder, tmp_path, phase):
+  """``command`` (in ``folder``) started and held at ``phase`` of the experiment (its
+  ``hold``): the process, once it waits there."""
+  process = subprocess.Popen(command, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=dict(os.environ, HOLD=phase, HOLD_DIR=str(tmp_path)))
+  deadline = time.time() + 300
+  while (not (tmp_path / f'{phase.split(":")[0]}.held').exists()
+         and time.time() < deadline):
+    assert process.poll() is None, process.communicate()
+    time.sleep(0.05)
+  return process
 
 
 def test_swept_paths_and_long_names_stay_inside_the_sweep(tmp_path):
@@ -212,7 +249,7 @@ def test_a_launcher_ends_on_sigterm_with_a_stopped_worker(tmp_path):
   started = time.time()
   launcher.send_signal(signal.SIGTERM)
   output, _ = launcher.communicate(timeout=120)
-  assert launcher.returncode == 130 and time.time() - started < 90
+  assert launcher.returncode == 143 and time.time() - started < 90
   assert 'interrupted: 0 of 1 runs have ended' in output
 
 
@@ -315,5 +352,136 @@ def test_the_sweeps_own_files_are_not_written_through_links(tmp_path):
   (workdir / '.lock').unlink()
   (workdir / '.lock').symlink_to(targets['runs.json'])
   result = run_sweep(folder, workdir)
-  assert result.returncode == 1 and '.lock is a symbolic link' in result.stderr
+  assert result.returncode == 1 and result.stderr == (  # what the link is, no "[Errno 40]"
+      f'error: {workdir / ".lock"} is a symbolic link; the harness writes no file through a '
+      'link\n')
   assert targets['runs.json'].read_text() == 'keep me\n'
+
+
+def test_a_plan_holds_only_under_the_lock_that_acts_on_it(tmp_path):
+  """Two rnnjax-run of different configs on one new folder: the second, held after its plan
+  ('new') while the first trains to its end, plans again under the lock and is refused, and
+  the first run is kept as it ended."""
+  folder = project(tmp_path, '[]')
+  run = tmp_path / 'run'
+  second = held([RUN, '--config=my_config.py', f'--workdir={run}', '--config.label=b'], folder,
+                tmp_path, 'task')
+  first = subprocess.run([RUN, '--config=my_config.py', f'--workdir={run}'], cwd=folder,
+                         capture_output=True, text=True, timeout=600)
+  assert first.returncode == 0, first.stderr
+  kept = lambda: {path.name: path.read_bytes() for path in run.iterdir() if path.name != '.lock'
+                  and path.is_file()}
+  ended = kept()
+  (tmp_path / 'go').touch()
+  _, errors = second.communicate(timeout=600)
+  assert second.returncode == 1 and errors == (
+      f"error: {run} holds a run of another config: label ('a' -> 'b'); pass --overwrite to "
+      'replace it\n')
+  assert kept() == ended
+
+
+def test_a_folder_is_a_run_or_a_sweep_never_both(tmp_path):
+  """A sweep refuses a run's folder, and a run (even with --overwrite) a sweep's: clearing the
+  run would delete the sweep's runs and tables."""
+  folder = project(tmp_path, "['one', 'two']")
+  run, workdir = tmp_path / 'run', tmp_path / 'sweep'
+  assert subprocess.run([RUN, '--config=my_config.py', f'--workdir={run}'], cwd=folder,
+                        timeout=600).returncode == 0
+  before = sorted(run.rglob('*'))
+  result = run_sweep(folder, run)
+  assert result.returncode == 1 and result.stderr == (
+      f"error: workdir: {run} holds config.json, so it is not a sweep folder (a folder is a run's "
+      "or a sweep's, never both); give the sweep another folder\n")
+  assert sorted(run.rglob('*')) == before
+  assert run_sweep(folder, workdir).returncode == 0
+  (workdir / 'config.json').write_bytes((run / 'config.json').read_bytes())  # as an older
+  # rnnjax let a sweep be made in a run's folder
+  result = subprocess.run([RUN, '--config=my_config.py', f'--workdir={workdir}', '--overwrite'],
+                          cwd=folder, capture_output=True, text=True, timeout=600)
+  assert result.returncode == 1 and result.stderr == (
+      f"error: workdir: {workdir} holds runs.json, so it is not a run folder (a folder is a "
+      "run's or a sweep's, never both); give the run another folder\n")
+  assert (workdir / 'label=one' / 'summary.json').exists() and (workdir / 'results.md').exists()
+
+
+@pytest.mark.parametrize('phase', ['check', 'tables'])
+@pytest.mark.parametrize('signum', [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_at_any_moment_of_a_sweep_exits_128_plus_it(tmp_path, phase, signum):
+  """A signal while the sweep plans (before its workdir is touched) or while it writes its
+  tables (after every run ended): no traceback, the tables of what ended, exit 128 + signal."""
+  folder = project(tmp_path, "['one', 'two']")
+  workdir = tmp_path / 'sweep'
+  launcher = held([SWEEP, '--config=my_config.py', f'--workdir={workdir}', '--overwrite'],
+                  folder, tmp_path, phase)
+  launcher.send_signal(signum)
+  (tmp_path / 'go').touch()
+  output, errors = launcher.communicate(timeout=600)
+  assert launcher.returncode == 128 + signum and 'Traceback' not in errors, errors
+  if phase == 'check':
+    assert output == f'interrupted before any run started; {workdir} is left as it was\n'
+    assert not workdir.exists()
+  else:
+    assert 'interrupted: 2 of 2 runs have ended and are kept' in output
+    rows = list(csv.DictReader(open(workdir / 'results.csv')))
+    assert [row['status'] for row in rows] == ['finished', 'finished']
+
+
+def test_the_tables_hold_what_the_run_folders_hold_now(tmp_path):
+  """A run of a sweep retrained under another config (rnnjax-run --overwrite) while the sweep
+  still runs: its row says 'replaced', not the other config's numbers as the sweep's run."""
+  folder = project(tmp_path, "['one', 'two']")
+  workdir = tmp_path / 'sweep'
+  launcher = held([SWEEP, '--config=my_config.py', f'--workdir={workdir}', '--processes=1',
+                   '--max_group_size=1'], folder, tmp_path, 'task:two')
+  assert (workdir / 'label=one' / 'summary.json').exists()
+  other = subprocess.run([RUN, '--config=my_config.py', f'--workdir={workdir / "label=one"}',
+                          '--config.label=one', '--config.scale=2.0', '--overwrite'],
+                         cwd=folder, capture_output=True, text=True, timeout=600)
+  assert other.returncode == 0, other.stderr
+  (tmp_path / 'go').touch()
+  launcher.communicate(timeout=600)
+  rows = {row['label']: row for row in csv.DictReader(open(workdir / 'results.csv'))}
+  assert rows['one']['status'] == 'replaced' and rows['one']['weight'] in ('', 'nan')
+  assert rows['two']['status'] == 'finished'
+
+
+def test_one_run_of_a_sweep_is_cleared_by_its_name(tmp_path):
+  """A run whose config.json is damaged is refused with a hint that clears it alone
+  (--overwrite_run=NAME); the sweep's other runs are kept as they ended."""
+  folder = project(tmp_path, "['one', 'two']")
+  workdir = tmp_path / 'sweep'
+  assert run_sweep(folder, workdir).returncode == 0
+  (workdir / 'label=one' / 'config.json').write_text('{damaged')
+  kept = (workdir / 'label=two' / 'summary.json').read_bytes()
+  result = run_sweep(folder, workdir)
+  assert result.returncode == 1 and ('pass --overwrite to clear it (a run of a sweep alone: '
+                                     '--overwrite_run=label=one)') in result.stderr
+  result = run_sweep(folder, workdir, '--overwrite_run=label=one')
+  assert result.returncode == 0, result.stderr
+  assert '1 ended already' in result.stdout
+  assert (workdir / 'label=two' / 'summary.json').read_bytes() == kept
+  result = run_sweep(folder, workdir, '--overwrite_run=label=three')
+  assert result.returncode == 1 and result.stderr.startswith(
+      "error: --overwrite_run: no run of the sweep has the folder 'label=three'")
+
+
+def test_a_stop_while_the_corpus_downloads_ends_the_run_at_once(tmp_path):
+  """SIGTERM while the corpus downloads from a server that accepts and never answers: the run
+  ends at once with 143, not after the download's timeout, and its folder is not made."""
+  folder = project(tmp_path, '[]')
+  with socket.create_server(('127.0.0.1', 0)) as server:
+    server.settimeout(300)
+    url = f'http://127.0.0.1:{server.getsockname()[1]}/corpus.txt'
+    process = subprocess.Popen(
+        [RUN, '--config=my_config.py', f'--workdir={tmp_path / "run"}'], cwd=folder,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=dict(os.environ, CORPUS_URL=url, HOLD_DIR=str(tmp_path)))
+    connection, _ = server.accept()  # the download has connected, and waits for an answer
+    with connection:
+      time.sleep(0.5)
+      started = time.time()
+      process.send_signal(signal.SIGTERM)
+      output, errors = process.communicate(timeout=120)
+  assert process.returncode == 143 and time.time() - started < corpora.TIMEOUT_SECONDS / 3
+  assert 'stopped on request while the data loaded' in output + errors
+  assert not (tmp_path / 'run').exists()

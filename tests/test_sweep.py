@@ -4,6 +4,7 @@ import csv
 import json
 import math
 import os
+import pathlib
 import re
 import signal
 import subprocess
@@ -77,6 +78,10 @@ def test_sweep_runs_skips_and_tabulates(tmp_path, shared_data_dir):
     log = (workdir / name / 'log.txt').read_text()
     assert 'rnnjax.train.job' in log and 'step 30/30' in log
     assert 'orbax' not in log and 'CheckpointManager' not in log  # libraries' INFO left out
+    other, = set(ended) - {name}  # a run's log holds its lines, not its group's other run's
+    assert log.count('step 30/30') == 1 and other not in log
+    job_log = re.search(r"the job's log: (\S+)", log)[1]  # the group's lines, written once
+    assert '2 run(s) on one device' in pathlib.Path(job_log).read_text()
   rows = list(csv.DictReader(open(workdir / 'results.csv')))
   assert [r['spectral_radius'] for r in rows] == ['0.5', '1.5', '-1.0']
   assert [r['status'] for r in rows] == ['finished', 'finished', 'failed']
@@ -218,7 +223,7 @@ def test_a_second_launcher_on_a_locked_sweep_exits_naming_the_holder(tmp_path,
   assert f'is in use by pid {first.pid} on host' in errors
   first.send_signal(signal.SIGTERM)
   first.communicate(timeout=120)
-  assert first.returncode == 130
+  assert first.returncode == 143
 
 
 @pytest.mark.slow
@@ -388,7 +393,7 @@ def test_interrupted_sweep_stops_its_runs_and_resumes(tmp_path, shared_data_dir)
   wait_for_training(workdir, runs=3)
   process.send_signal(signal.SIGTERM)
   output, _ = process.communicate(timeout=120)
-  assert process.returncode == 130
+  assert process.returncode == 143
   assert 'interrupted: 0 of 3 runs have ended and are kept' in output
   workers = {pid for folder in workdir.glob('spectral_radius=*') for pid in worker_pids(folder)}
   assert workers and not any(alive(pid) for pid in workers)  # none left
@@ -462,6 +467,32 @@ def test_a_misspelt_sweep_key_is_an_error_before_any_run(tmp_path):
   code, _, errors = run_sweep(twice, tmp_path / 'sweep')
   assert code == 1 and errors == ('error: get_sweep: runs [0, 2] have the same swept values '
                                   '(spectral_radius=0.5); give each run its own\n')
+
+
+@pytest.mark.parametrize('source, got', [
+    ('def get_sweep():\n  return (dict(seed=seed) for seed in range(2))', 'get_sweep() in {} returned '
+     'a generator'),
+    ("def get_sweep():\n  return {'seed': 1}", 'get_sweep() in {} returned a dict'),
+    ("def get_sweep():\n  return [('seed', 1)]", 'get_sweep() in {} returned a list holding a tuple'),
+    ('def get_sweep():\n  return []', 'get_sweep() in {} returned no runs'),
+])
+def test_a_get_sweep_of_another_shape_is_one_line(tmp_path, source, got):
+  config = tmp_path / 'odd.py'
+  config.write_text(f'from experiments.configs.char_lm import get_config\n\n{source}\n')
+  code, _, errors = run_sweep(config, tmp_path / 'sweep')
+  assert code == 1 and errors == (f'error: --config: {got.format(config)}; expected a list of '
+                                  'dicts of field values, one a run\n')
+  assert not (tmp_path / 'sweep').exists()
+
+
+def test_a_get_config_of_another_type_is_one_line(tmp_path):
+  config = tmp_path / 'odd.py'
+  config.write_text("def get_config():\n  return {'experiment': 'experiments.char_lm'}\n")
+  process = subprocess.run([sys.executable, '-m', 'launch.run', f'--config={config}',
+                            f'--workdir={tmp_path / "run"}'], capture_output=True, text=True)
+  assert process.returncode == 1 and process.stderr == (
+      f'error: --config: get_config() in {config} returned a dict; expected an '
+      'ml_collections.ConfigDict (EXPERIMENT.config(...))\n')
 
 
 def test_a_misspelt_or_mistyped_slurm_field_is_one_line(tmp_path):
@@ -605,18 +636,21 @@ def test_points_plot_groups_runs_and_leaves_out_what_is_not_a_number(tmp_path, m
   assert drawn == []  # nothing to draw: no file
 
 
-def test_a_diverged_run_whose_report_fails_is_still_diverged(tmp_path, shared_data_dir):
+@pytest.mark.parametrize('on_divergence, status', [('stop', 'diverged'), ('skip', 'finished')])
+def test_a_run_whose_report_fails_keeps_its_status_and_the_error(tmp_path, shared_data_dir,
+                                                                 on_divergence, status):
   """Adam at a rate of 1e30 leaves finite params whose logits overflow: the run stops as
-  diverged, and its report's sampling error is kept in its summary, not made a failure."""
+  diverged (or, skipping its non-finite steps, finishes), and its report's sampling error is
+  kept in its summary, not made a failure that every rerun repeats."""
   from experiments.configs.char_lm import get_config
   from rnnjax.train import harness
   config = experiment.override(get_config(), dict(
       hidden_size=16, steps=20, log_every=10, checkpoint_every=10, learning_rate=1e30,
-      sample_length=5))
+      sample_length=5, on_divergence=on_divergence))
   [summary] = harness.run_group(char_lm.EXPERIMENT, [config], [tmp_path / 'run'])
-  assert summary['status'] == 'diverged' and summary['diverged_step'] == 2
+  assert summary['status'] == status
   assert 'logits at generated step 0 are not finite' in summary['report_error']
-  assert json.loads((tmp_path / 'run' / 'summary.json').read_text())['status'] == 'diverged'
+  assert json.loads((tmp_path / 'run' / 'summary.json').read_text())['status'] == status
 
 
 def test_the_last_events_of_a_job_written_at_once_end_it_at_once(tmp_path, monkeypatch):
@@ -643,3 +677,15 @@ def test_launcher_flags_out_of_range_are_one_line_before_the_workdir(tmp_path):
     code, _, errors = run_sweep(config, tmp_path / 'sweep', flag)
     assert code == 1 and errors.startswith(f'error: flag {flag}: ') and errors.count('\n') == 1
     assert not (tmp_path / 'sweep').exists()
+  config, cores = write_config(tmp_path, radius=1.0, name='ok.py'), len(os.sched_getaffinity(0))
+  for flag, got in ((f'--processes={cores + 1}', f'{cores + 1} x 1'),
+                    (f'--threads_per_run={cores + 1}', f'1 x {cores + 1}')):
+    code, _, errors = run_sweep(config, tmp_path / 'sweep', flag)
+    assert code == 1 and errors == (f'error: --processes x --threads_per_run: expected at most '
+                                    f'the {cores} cores, got {got}\n')
+    assert not (tmp_path / 'sweep').exists()
+  no_slurm = launch(config, tmp_path / 'sweep', '--executor=slurm',
+                    env=dict(os.environ, PATH=str(tmp_path)))  # no srun on it
+  _, errors = no_slurm.communicate(timeout=300)
+  assert no_slurm.returncode == 1 and errors.startswith('error: --executor=slurm: no Slurm here')
+  assert errors.count('\n') == 1 and not (tmp_path / 'sweep').exists()

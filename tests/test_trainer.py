@@ -233,7 +233,8 @@ def test_resume_after_an_interruption_equals_an_uninterrupted_run(stream, tmp_pa
   assert (folder / 'metrics.jsonl').read_bytes() == (
       tmp_path / 'whole' / 'run_0' / 'metrics.jsonl').read_bytes()
   assert run_folder.read_json(folder / run_folder.DEVICES, list) == [
-      {'from_step': 0, 'devices': 'one device'}, {'from_step': 17, 'devices': 'one device'}]
+      {'from_step': 0, 'devices': 'one device', 'group': 'alone'},
+      {'from_step': 17, 'devices': 'one device', 'group': 'alone'}]
 
 
 def test_devices_json_forgets_starts_after_the_step_resumed_from(tmp_path):
@@ -248,6 +249,18 @@ def test_devices_json_forgets_starts_after_the_step_resumed_from(tmp_path):
   assert records.record_devices(tmp_path, 'one device', 0) is None  # a fresh start
   assert run_folder.read_json(tmp_path / run_folder.DEVICES, list) == [
       {'from_step': 0, 'devices': 'one device'}]
+
+
+def test_a_run_resumed_in_another_vmapped_grouping_says_so(tmp_path):
+  """A run alone and in a vmapped group differ in the last digits (--processes or
+  --max_group_size changed between launches): recorded in devices.json and warned."""
+  assert records.record_devices(tmp_path, 'one device', 0, 'alone') is None
+  moved = records.record_devices(tmp_path, 'one device', 30, 'in a vmapped group of 2 runs')
+  assert moved == (f'{tmp_path}: resumed at step 30 in a vmapped group of 2 runs; the steps '
+                   'before it ran alone, so its numbers differ in the last digits from a run '
+                   'that never moved')
+  assert [start.get('group') for start in run_folder.read_json(
+      tmp_path / run_folder.DEVICES, list)] == ['alone', 'in a vmapped group of 2 runs']
 
 
 def test_a_damaged_checkpoint_is_named_and_the_older_one_used(stream, tmp_path, caplog):

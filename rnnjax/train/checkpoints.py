@@ -209,7 +209,7 @@ def save(checkpoint_manager: ocp.CheckpointManager, step: int, state: Any) -> bo
       return False
     logging.warning('%s: the checkpoint of step %d holds other values than the run saving step '
                     '%d; moved it aside to %s', folder, later, step,
-                    _move_aside(folder, later, 'superseded'))
+                    _move_aside(folder, later, 'superseded'), extra=run_folder.about(folder))
   if jax.process_count() > 1:  # the steps moved aside by the first process
     multihost_utils.sync_global_devices('rnnjax.checkpoints.save')
   try:
@@ -307,14 +307,14 @@ def restore_group(folders: Sequence[pathlib.Path], target: Any) -> tuple[int, li
       chosen = step
       break
     except Damaged as error:
-      logging.warning('%s; using an older step', error)
+      logging.warning('%s; using an older step', error, extra=run_folder.about(folder))
       damaged.add((folder, step))
       states = []
   for folder in folders:
     for step in [s for s in saved_steps(folder) if s > chosen]:
       aside = _move_aside(folder, step, 'damaged' if (folder, step) in damaged else 'unused')
       logging.warning('%s: moved the checkpoint of step %d aside to %s (resuming from step %d)',
-                      folder, step, aside, chosen)
+                      folder, step, aside, chosen, extra=run_folder.about(folder))
   if jax.process_count() > 1:
     multihost_utils.sync_global_devices('rnnjax.checkpoints.restore_group')
   return chosen, states

@@ -96,13 +96,13 @@ def _kind(default: Any) -> str:
 
 
 def _load(argv: list[str], sweep: bool, options: Options | None = None
-          ) -> tuple[types.ModuleType, experiment.Experiment, ml_collections.ConfigDict, str]:
+          ) -> tuple[experiment.Experiment, ml_collections.ConfigDict, list[dict], str]:
   """Loads the config file once; defines the flags around its config and the executors'
   ``options`` (a sweep's); parses ``argv``.
 
   Returns:
-    ``(module, kind, config, path)``: the config file's module, its experiment,
-    its config with the command line's fields set, and the file's path.
+    ``(kind, config, runs, path)``: the config file's experiment, its config with the command
+    line's fields set, a sweep's runs (``_runs``) and the file's path.
   """
   options = options or {}
   path = _config_path(argv, options)
@@ -115,12 +115,15 @@ def _load(argv: list[str], sweep: bool, options: Options | None = None
   if not hasattr(module, 'get_config') or (sweep and not hasattr(module, 'get_sweep')):
     _fail(f'--config: {path} defines no {"get_sweep()" if sweep else "get_config()"}')
   base = module.get_config()
+  if not isinstance(base, ml_collections.ConfigDict):
+    _fail(f'--config: get_config() in {path} returned a {type(base).__name__}; expected an '
+          'ml_collections.ConfigDict (EXPERIMENT.config(...))')
   try:
     kind = experiment.load(base.get('experiment'))
   except ValueError as error:
     _fail(str(error))
+  runs = _runs(module, path) if sweep else []
   if any(arg in HELP for arg in argv[1:]):
-    runs = module.get_sweep() if sweep else []
     swept = ', '.join(dict.fromkeys(name for run in runs for name in run))
     _help(f'\nFields of {path} (--config.NAME=VALUE), as its get_config() sets them'
           + (f' (get_sweep() gives {len(runs)} runs, which set {swept})' if runs else '')
@@ -158,16 +161,29 @@ def _load(argv: list[str], sweep: bool, options: Options | None = None
           _fail(f'--{flag}.{name}: expected {_kind(holder[key])} (the type of its value '
                 f'{holder[key]!r}), got {value!r}')
     _fail(' '.join(str(error).replace('\\n', ' ').split()))
-  return module, kind, FLAGS.config, path
+  return kind, FLAGS.config, runs, path
 
 
-def run_main() -> None:
-  """``rnnjax-run`` (``python -m launch.run``)."""
+def _runs(module: types.ModuleType, path: str) -> list[dict]:
+  """The config file's ``get_sweep()``: a list of dicts of field values, one a run."""
+  runs = module.get_sweep()
+  if isinstance(runs, list) and runs and all(isinstance(run, dict) for run in runs):
+    return runs
+  odd = [run for run in runs if not isinstance(run, dict)] if isinstance(runs, list) else []
+  what = (f'a {type(runs).__name__}' if not isinstance(runs, list) else 'no runs' if not runs
+          else f'a list holding a {type(odd[0]).__name__}')
+  _fail(f'--config: get_sweep() in {path} returned {what}; expected a list of dicts of field '
+        'values, one a run')
+
+
+def run_main(received: list[int] | None = None) -> None:
+  """``rnnjax-run`` (``python -m launch.run``); ``received``: the signals received before, each
+  a request to stop (``rnnjax.extras``)."""
   flags.DEFINE_string('workdir', None, 'The run folder: config.json, metrics.jsonl, '
                       'tensorboard/, checkpoint/, summary.json, timing.json, log.txt.')
   flags.DEFINE_bool('overwrite', False, 'Clear the run folder (checkpoint included) and start '
                     'afresh, instead of resuming or refusing a folder of another config.')
-  _, kind, config, _ = _load(sys.argv, sweep=False)
+  kind, config, _, _ = _load(sys.argv, sweep=False)
   if not FLAGS.workdir:
     _fail('--workdir: expected the run folder')
   from absl import logging
@@ -175,7 +191,7 @@ def run_main() -> None:
   from rnnjax.train import sweep
   logging.use_absl_handler()
   try:
-    received = jobs.setup_process(verbosity=FLAGS.verbosity)
+    received = jobs.setup_process(verbosity=FLAGS.verbosity, received=received)
   except ValueError as error:  # the distributed variables, named before any folder is touched
     _fail(str(error))
   result = jobs.run_job({'id': 'run', 'experiment': config.experiment,
@@ -208,14 +224,16 @@ def run_main() -> None:
       print(f'  {name}: {value}')
 
 
-def sweep_main() -> None:
-  """``rnnjax-sweep`` (``python -m launch.sweep``)."""
+def sweep_main(received: list[int] | None = None) -> None:
+  """``rnnjax-sweep`` (``python -m launch.sweep``); ``received`` as ``run_main``'s."""
   flags.DEFINE_string('workdir', None, 'Sweep folder: one subfolder per run, plus the tables '
                       'and plots.')
   classes = {name: executors.find(name) for name in executors.EXECUTORS}
   flags.DEFINE_enum('executor', 'local', list(classes), 'Where the jobs run: ' + '; '.join(
       f'{name}: {cls.__doc__.splitlines()[0].rstrip(".")}' for name, cls in classes.items()))
   flags.DEFINE_bool('overwrite', False, 'Clear every run folder and train every run again.')
+  flags.DEFINE_multi_string('overwrite_run', [], 'Clear the run folder of this name and train '
+                            'its run again (repeat the flag for several).')
   flags.DEFINE_integer('max_group_size', 0, 'Most runs vmapped into one job (0: each group cut '
                        'into as many jobs as the executor runs at once; 1: every run alone).',
                        lower_bound=0)
@@ -224,7 +242,7 @@ def sweep_main() -> None:
                        '--processes).', lower_bound=0)
   flags.DEFINE_float('stall_minutes', 30.0, 'local: a job that reports no progress for this '
                      'long is named, and killed a minute later.', lower_bound=0.05)
-  module, kind, config, path = _load(sys.argv, True, {
+  kind, config, overrides, path = _load(sys.argv, True, {
       name: ml_collections.ConfigDict(cls.OPTIONS) for name, cls in classes.items()
       if cls.OPTIONS})
   if not FLAGS.workdir:
@@ -233,15 +251,13 @@ def sweep_main() -> None:
   from rnnjax.train import sweep
   command_line = dict(config_flags.get_override_values(FLAGS['config']))
   try:
-    overrides = module.get_sweep()
-    if not overrides:
-      raise sweep.SweepError(f'config: get_sweep() in {path} returned no runs')
     configs = sweep.run_configs(config, overrides, command_line, path)
-    status = sweep.sweep(kind, configs, overrides, pathlib.Path(FLAGS.workdir),
-                         command_line, FLAGS.executor, FLAGS.overwrite, FLAGS.max_group_size,
-                         FLAGS.processes, FLAGS.threads_per_run, FLAGS.stall_minutes * 60,
-                         dict(getattr(FLAGS, FLAGS.executor, None) or {}), FLAGS.verbosity)
+    status = sweep.sweep(kind, configs, overrides, pathlib.Path(FLAGS.workdir), command_line,
+                         FLAGS.executor, FLAGS.overwrite or FLAGS.overwrite_run,
+                         FLAGS.max_group_size, FLAGS.processes, FLAGS.threads_per_run,
+                         FLAGS.stall_minutes * 60,
+                         dict(getattr(FLAGS, FLAGS.executor, None) or {}), FLAGS.verbosity,
+                         received)
   except (sweep.SweepError, run_folder.FolderInUse, ValueError, OSError) as error:
     _fail(str(error))
   sys.exit(status)
-

@@ -90,6 +90,8 @@ def log(job: dict, text: str) -> None:
 
 
 def header(job: dict, where: str) -> None:
-  """The job's first line in its runs' log.txt (``log``)."""
+  """The job's first line in its runs' log.txt (``log``), naming the job's log of the lines
+  its runs share."""
   log(job, f'\n=== {time.strftime("%Y-%m-%d %H:%M:%S")} job {job["id"]}: '
-           f'{len(job["runs"])} run(s) {where}\n')
+           f'{len(job["runs"])} run(s) {where}'
+           + (f'; the job\'s log: {job["log"]}' if job.get('log') else '') + '\n')

@@ -3,12 +3,15 @@
 The order is the rule of the run folder: plan every run (``plan.plan``: its
 config's checks and its folder's state, read-only), then the data and the
 model (``Experiment.task``) and the memory they need, and only then lock the
-folders and write. Everything else of a run (the loop, checkpoints, metrics,
+folders, plan again under the locks (a plan holds only under the lock that acts on it) and
+write. A run whose report fails after training keeps the error in its summary
+(``report_error``) and ends. Everything else of a run (the loop, checkpoints, metrics,
 TensorBoard) is the trainer's.
 """
 
 import os
 import pathlib
+import threading
 import time
 from typing import Callable, Sequence
 
@@ -48,8 +51,43 @@ def check_memory(task: trainer.Task, config: ConfigDict, runs: int) -> None:
         'model')
 
 
+def _plans(kind: experiment.Experiment, configs: Sequence[ConfigDict],
+           folders: Sequence[pathlib.Path], overwrite: str | Sequence[str]
+           ) -> list[planning.RunPlan]:
+  """``plan.plan``; ValueError with the reason of a run it refuses."""
+  plans = planning.plan(kind, configs, folders, overwrite)
+  for run in plans:
+    if run.action == 'refused':
+      raise ValueError(run.reason)
+  return plans
+
+
+def _load(kind: experiment.Experiment, config: ConfigDict, stop_requested: Callable[[], bool]
+          ) -> trainer.Task:
+  """``kind.task(config)`` in a thread of its own, the caller's waiting for it or a stop
+  request: a stop while the data loads (a download from a server that never answers, say) ends
+  the job at once, not once the network gives up."""
+  outcome: list = []
+
+  def load() -> None:
+    try:
+      outcome.append(kind.task(config))
+    except BaseException as error:  # raised again by the caller
+      outcome.append(error)
+
+  loader = threading.Thread(target=load, name='rnnjax: the task', daemon=True)
+  loader.start()
+  while loader.is_alive():
+    if stop_requested():
+      raise trainer.Interrupted('stopped on request while the data loaded')
+    loader.join(0.1)
+  if isinstance(outcome[0], BaseException):
+    raise outcome[0]
+  return outcome[0]
+
+
 def run_group(kind: experiment.Experiment, configs: Sequence[ConfigDict],
-              folders: Sequence[pathlib.Path], overwrite: str = 'none',
+              folders: Sequence[pathlib.Path], overwrite: str | Sequence[str] = 'none',
               stop_requested: Callable[[], bool] | None = None, provenance: dict | None = None,
               programs: trainer.Programs | None = None,
               on_progress: Callable[[int], None] | None = None) -> list[dict]:
@@ -59,7 +97,7 @@ def run_group(kind: experiment.Experiment, configs: Sequence[ConfigDict],
     kind: the ``Experiment`` of every config.
     configs: R ``ml_collections.ConfigDict`` configs.
     folders: R ``pathlib.Path`` run folders.
-    overwrite: as ``plan.plan``: 'none', 'changed' or 'all'.
+    overwrite: as ``plan.plan``: 'none', 'changed' or 'all', for every run or one each.
     stop_requested: passed to ``trainer.train``.
     on_progress: ``on_progress(step)``: passed to ``trainer.train``, and called again
       once each run's report is written (a measurement's report is its work, and a
@@ -80,39 +118,38 @@ def run_group(kind: experiment.Experiment, configs: Sequence[ConfigDict],
     trainer.Interrupted: stopped on request (checkpointed).
     corpora.CorpusError and other errors of the experiment's data.
   """
-  plans = planning.plan(kind, configs, folders, overwrite)
-  for run in plans:
-    if run.action == 'refused':
-      raise ValueError(run.reason)
-  summaries: list[dict] = [run_folder.read_json(run.folder / run_folder.SUMMARY)
-                           if run.action == 'ended' else {} for run in plans]
+  plans = _plans(kind, configs, folders, overwrite)
   todo = [i for i, run in enumerate(plans) if run.action != 'ended']
-  if not todo:
-    return summaries
-  keys = {experiment.group_key(kind, configs[i]) for i in todo}
-  if len(keys) > 1:
-    fields = sorted({k for key in keys for k, v in key if sum(1 for o in keys if (k, v) in o)
-                     < len(keys)})
-    raise ValueError(f'configs: runs of one group may differ only in fields that change no '
-                     f'program; these differ in {fields}')
-  started = time.perf_counter()
-  task = kind.task(configs[todo[0]])
-  task_seconds = time.perf_counter() - started
-  check_memory(task, configs[todo[0]], len(todo))
-  layout = configs[todo[0]].get('layout', 'auto')
-  if layout != 'auto':  # its errors (devices, runs, batch) before any folder is touched
-    devices.placement(layout, len(todo), task.batch(1))
   writer = jax.process_index() == 0
+  if todo:
+    keys = {experiment.group_key(kind, configs[i]) for i in todo}
+    if len(keys) > 1:
+      fields = sorted({k for key in keys for k, v in key if sum(1 for o in keys if (k, v) in o)
+                       < len(keys)})
+      raise ValueError(f'configs: runs of one group may differ only in fields that change no '
+                       f'program; these differ in {fields}')
+    started = time.perf_counter()
+    task = _load(kind, configs[todo[0]], stop_requested or (lambda: False))
+    task_seconds = time.perf_counter() - started
+    check_memory(task, configs[todo[0]], len(todo))
+    layout = configs[todo[0]].get('layout', 'auto')
+    if layout != 'auto':  # its errors (devices, runs, batch) before any folder is touched
+      devices.placement(layout, len(todo), task.batch(1))
   locks = [run_folder.lock(plans[i].folder) for i in todo] if writer else []
   try:
     if writer:
-      for i in todo:
-        if plans[i].action in ('new', 'changed'):
-          run_folder.clear(plans[i].folder)
-        run_folder.write_json(plans[i].folder / run_folder.CONFIG,
-                              experiment.as_dict(configs[i]))
-        for name, data in task.artifacts.items():
-          run_folder.write(plans[i].folder / name, data)
+      plans = _plans(kind, configs, folders, overwrite)
+      todo = [i for i in todo if plans[i].action != 'ended']
+    summaries: list[dict] = [run_folder.read_json(run.folder / run_folder.SUMMARY)
+                             if run.action == 'ended' else {} for run in plans]
+    if not todo:
+      return summaries
+    for i in todo if writer else []:
+      if plans[i].action in ('new', 'changed'):
+        run_folder.clear(plans[i].folder)
+      run_folder.write_json(plans[i].folder / run_folder.CONFIG, experiment.as_dict(configs[i]))
+      for name, data in task.artifacts.items():
+        run_folder.write(plans[i].folder / name, data)
     if jax.process_count() > 1:  # the others read the folders only once process 0 set them up
       multihost_utils.sync_global_devices('rnnjax: run folders ready')
     params, records, seconds = trainer.train(
@@ -123,9 +160,7 @@ def run_group(kind: experiment.Experiment, configs: Sequence[ConfigDict],
       begun = time.perf_counter()
       try:
         report = task.report(configs[i], run_params) if task.report else {}
-      except ValueError as error:  # a diverged run is a result even where its report fails
-        if record['status'] != 'diverged':
-          raise
+      except ValueError as error:
         report = {'report_error': ' '.join(str(error).split())}
       summary = dict(record, **report)
       run_seconds = dict(seconds, report=time.perf_counter() - begun)
@@ -137,7 +172,8 @@ def run_group(kind: experiment.Experiment, configs: Sequence[ConfigDict],
         run_folder.write_json(plans[i].folder / run_folder.SUMMARY, summary)
       summaries[i] = summary
       logging.info('%s: %s; seconds %s', plans[i].folder, summary['status'],
-                   ', '.join(f'{k} {v:.1f}' for k, v in run_seconds.items()))
+                   ', '.join(f'{k} {v:.1f}' for k, v in run_seconds.items()),
+                   extra=run_folder.about(plans[i].folder))
       if on_progress is not None:
         on_progress(summary['steps_done'])
   finally:

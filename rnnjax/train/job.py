@@ -1,21 +1,25 @@
 """The job entry every executor calls: a job is one vmapped group of runs.
 
 A job is a JSON object: ``{"id": "3", "experiment": "experiments.char_lm", "overwrite":
-"changed", "runs": [{"folder": ..., "config": {... as config.json}}, ...], "result":
-".../.jobs/3.result.json", "provenance": {...}, "verbosity": 0}``. ``run_job`` trains it through the harness
-and writes its result file: per run its ``status`` (finished, diverged, failed, interrupted)
-and a one-line ``reason``, and the job's ``exit`` kind (ok, error, full_disk, out_of_memory,
+["changed", ...] (one a run, or one for all), "runs": [{"folder": ..., "config": {... as
+config.json}}, ...], "result": ".../.jobs/3.result.json", "log": ".../.jobs/3.log",
+"provenance": {...}, "verbosity": 0}``. ``run_job`` trains it through the harness and writes
+its result file: per run its ``status`` (finished, diverged, failed, interrupted) and a
+one-line ``reason``, and the job's ``exit`` kind (ok, error, full_disk, out_of_memory,
 interrupted). A process calls ``setup_process`` once before its first job.
 
 Logs: a job's own lines (rnnjax's, the experiment's) at INFO; those of the libraries it runs
 on (orbax, absl, jax, flax, tensorstore) from WARNING, unless the job's ``verbosity`` (the
-commands' absl ``--verbosity``) is 1 (DEBUG) or more.
+commands' absl ``--verbosity``) is 1 (DEBUG) or more. A line about one run goes to that run's
+log.txt, the others once to the job's ``log`` (``_Logs``): a run's log grows with its own
+lines, not with its group.
 
 ``python -m rnnjax.train.job`` is a worker: jobs come on stdin, one JSON object a line; events
 go to stdout, one JSON object a line: ``{"job": id, "event": "taken"}``, ``{"job": id,
-"event": "step", "step": n}`` (at most one a second), ``{"job": id, "event": "ended"}``; all
-else it prints goes to stderr. Asked to stop (SIGTERM, SIGINT, SIGUSR2) it checkpoints its
-job's runs and exits with 128 + the signal's number; a full disk ends it with status 1.
+"event": "step", "step": n}`` (at most one a second), ``{"job": id, "event": "ended",
+"result": {...}}``; all else it prints goes to stderr. Asked to stop (SIGTERM, SIGINT,
+SIGUSR2) it checkpoints its job's runs and exits with 128 + the signal's number; a full disk
+ends it with status 1.
 """
 
 import contextlib
@@ -33,6 +37,7 @@ from typing import Any, BinaryIO, Callable, Iterable, Sequence
 from absl import logging
 import jax
 
+from rnnjax.train import executors
 from rnnjax.train import experiment
 from rnnjax.train import harness
 from rnnjax.train import run_folder
@@ -109,7 +114,7 @@ def _initialize_distributed() -> None:
 
 
 def setup_process(signals: Sequence[int] = (signal.SIGTERM, signal.SIGUSR2, signal.SIGINT),
-                  verbosity: int = 0) -> list[int]:
+                  verbosity: int = 0, received: list[int] | None = None) -> list[int]:
   """What a process that runs jobs does once: logs at INFO (``verbosity``, absl's: 1 is DEBUG)
   with the INFO lines of the libraries it runs on left out below 1 (module docstring),
   ``keep_freed_memory``, turns on JAX's persistent compilation cache in
@@ -118,8 +123,9 @@ def setup_process(signals: Sequence[int] = (signal.SIGTERM, signal.SIGUSR2, sign
   to stop.
 
   Returns:
-    the signals received since, in order (empty: go on); a job's runs checkpoint and stop
-    at their next step once it is not. A second SIGINT interrupts at once.
+    ``received`` (the signals received before) with those received since, in order (empty:
+    go on); a job's runs checkpoint and stop at their next step once it is not. A second
+    SIGINT interrupts at once.
   """
   logging.set_verbosity(max(verbosity, logging.INFO))
   logging.get_absl_handler().addFilter(_quiet(verbosity))
@@ -137,7 +143,7 @@ def setup_process(signals: Sequence[int] = (signal.SIGTERM, signal.SIGUSR2, sign
     jax.config.update('jax_compilation_cache_dir', cache)
     jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
     jax.config.update('jax_persistent_cache_min_entry_size_bytes', 0)
-  received: list[int] = []
+  received = [] if received is None else received
 
   def request_stop(signum: int, frame: Any) -> None:
     del frame
@@ -177,22 +183,23 @@ def failure(error: BaseException) -> tuple[str, str] | None:
   return None
 
 
-class _RunLogs(python_logging.Handler):
-  """Appends the log records of a job to its runs' log.txt, in the folders that exist (a
-  run's folder is made by the harness once its checks and data have passed)."""
+class _Logs(python_logging.Handler):
+  """Appends a job's log records to files: one about a run (``run_folder.about``) to that
+  run's log.txt, made by the harness once its checks and data have passed; the others, the
+  group's, once to the job's log (``job['log']``), which each run's log names."""
 
-  def __init__(self, folders: list[pathlib.Path], verbosity: int):
+  def __init__(self, job_log: str | None, verbosity: int):
     super().__init__()
-    self.folders = folders
+    self.job_log = job_log
     self.setFormatter(python_logging.Formatter('%(asctime)s %(levelname)s %(message)s'))
     self.addFilter(_quiet(verbosity))
 
   def emit(self, record: python_logging.LogRecord) -> None:
-    text = self.format(record) + '\n'
-    for folder in self.folders:
-      if folder.is_dir():
-        with contextlib.suppress(OSError):  # a full disk loses the log, not the run
-          run_folder.append_text(folder / run_folder.LOG, text)
+    folder = getattr(record, 'run_folder', None)
+    path = pathlib.Path(folder) / run_folder.LOG if folder else self.job_log
+    if path:
+      with contextlib.suppress(OSError):  # a full disk loses the log, not the run
+        run_folder.append_text(pathlib.Path(path), self.format(record) + '\n')
 
 
 def run_job(job: dict, received: list[int] | None = None,
@@ -203,14 +210,14 @@ def run_job(job: dict, received: list[int] | None = None,
     job: as the module docstring.
     received: ``setup_process``'s list of signals (stops the runs when not empty).
     on_progress: ``on_progress(step)`` after every training step.
-    log_to_runs: also append the job's log, and the reason it failed, to its runs'
-      log.txt (a sweep's workers and Slurm tasks).
+    log_to_runs: also write the job's log to files (``_Logs``), and the reason it failed to
+      its runs' log.txt (a sweep's workers and tasks).
 
   Returns:
     the result: ``{"id", "exit", "runs": [{"folder", "status", "reason"}]}``.
   """
   folders = [pathlib.Path(run['folder']) for run in job['runs']]
-  handler = _RunLogs(folders, job.get('verbosity', 0)) if log_to_runs else None
+  handler = _Logs(job.get('log'), job.get('verbosity', 0)) if log_to_runs else None
   if handler is not None:
     python_logging.getLogger().addHandler(handler)
     logging.info('=== job %s: %d run(s) in process %d', job.get('id', ''), len(folders),
@@ -231,6 +238,7 @@ def run_job(job: dict, received: list[int] | None = None,
     exit_kind, reason = outcome
     if handler is not None:
       logging.warning('%s', reason)
+      executors.log(job, f'{reason}\n')
   finally:
     if handler is not None:
       python_logging.getLogger().removeHandler(handler)
@@ -270,7 +278,7 @@ def serve(jobs: Iterable[str], events: BinaryIO) -> int:
         last[0] = now
         emit({'job': job_id, 'event': 'step', 'step': int(step)})
     result = run_job(job, received, progress, log_to_runs=True)
-    emit({'job': job['id'], 'event': 'ended'})
+    emit({'job': job['id'], 'event': 'ended', 'result': result})
     jax.clear_caches()
     if result['exit'] == 'full_disk':
       os._exit(1)  # not sys.exit: exit hooks of TensorBoard and orbax would write to it

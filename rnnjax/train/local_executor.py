@@ -78,10 +78,10 @@ class Local:
     return process
 
   def _follow(self, process: subprocess.Popen, job: dict, on_progress: executors.OnProgress
-              ) -> tuple[bool, str | None]:
+              ) -> tuple[bool, str | dict | None]:
     """Hands ``job`` to ``process`` and reads its events to the job's end. Returns
-    ``(taken, why)``: whether it took the job, and why it ended without one (None when
-    it ended the job)."""
+    ``(taken, outcome)``: whether it took the job, and the job's result where it ended it
+    (its 'ended' event's, which a full disk cannot lose), else why it ended without one."""
     stdin, stdout = process.stdin, process.stdout
     assert stdin is not None and stdout is not None  # made with pipes (``_worker``)
     with contextlib.suppress(OSError, ValueError):  # the worker is gone or its input closed
@@ -125,7 +125,7 @@ class Local:
       elif event['event'] == 'step':
         on_progress(job, event['step'])
       elif event['event'] == 'ended':
-        return True, None
+        return True, event.get('result')
 
   def _run(self, job: dict, on_progress: executors.OnProgress) -> dict:
     """Runs one job on its cores' worker; a worker that ends without taking the job (it
@@ -139,14 +139,17 @@ class Local:
         process = self._worker(cores)
         executors.header(job, f'on cores {list(cores)}: worker python -m rnnjax.train.job (pid '
                                 f'{process.pid})')
-        taken, why = self._follow(process, job, on_progress)
-        if why is not None:  # the run's own log says why too
-          executors.log(job, f'{why}\n')
+        taken, outcome = self._follow(process, job, on_progress)
+        if isinstance(outcome, str):  # the run's own log says why too
+          executors.log(job, f'{outcome}\n')
         if taken or self.stopping.is_set():
           break
     finally:
       self.slots.put(cores)
-    return executors.result_of(job, why or 'ended without a result')
+    if isinstance(outcome, dict):
+      return outcome
+    return executors.result_of(job, outcome or 'ended without a result',
+                               'interrupted' if self.stopping.is_set() else 'failed')
 
   def run(self, jobs: list[dict], on_end: executors.OnEnd, on_progress: executors.OnProgress,
           say: executors.Say) -> None:

@@ -16,6 +16,7 @@ plan); nothing else decides. ``folder_names`` names a sweep's run folders and ``
 the runs to train into vmapped groups.
 """
 
+import collections
 import hashlib
 import pathlib
 import re
@@ -27,7 +28,8 @@ from rnnjax.train import checkpoints
 from rnnjax.train import experiment
 from rnnjax.train import run_folder
 
-__all__ = ['RunPlan', 'ACTIONS', 'OVERWRITE', 'plan', 'differing_keys', 'folder_names', 'jobs']
+__all__ = ['RunPlan', 'ACTIONS', 'OVERWRITE', 'plan', 'saved_config', 'differing_keys',
+           'folder_names', 'jobs']
 
 ACTIONS = ('new', 'resume', 'ended', 'changed', 'refused')
 OVERWRITE = ('none', 'changed', 'all')
@@ -51,12 +53,14 @@ def differing_keys(old: dict, new: dict) -> str:
   return shown + (' ...' if len(keys) > 8 else '')
 
 
-def _as_now(kind: experiment.Experiment, saved: dict) -> dict:
-  """A saved config.json as the experiment reads it now: a field the experiment gained since
-  the run was saved, absent from the file, counts at its default (which is what the run
-  trained with); a file the experiment cannot read any more is returned as it is."""
+def saved_config(kind: experiment.Experiment, folder: pathlib.Path) -> dict | None:
+  """The config.json of ``folder`` as the experiment reads it now (None: none, or damaged): a
+  field the experiment gained since the run was saved, absent from the file, counts at its
+  default (which is what the run trained with); a file the experiment cannot read any more is
+  returned as it is."""
+  saved = run_folder.read_json(pathlib.Path(folder) / run_folder.CONFIG)
   try:
-    return experiment.as_dict(experiment.from_dict(kind, saved))
+    return None if saved is None else experiment.as_dict(experiment.from_dict(kind, saved))
   except ValueError:
     return saved
 
@@ -66,14 +70,14 @@ def _plan_one(kind: experiment.Experiment, config: ml_collections.ConfigDict,
   refused = lambda reason: RunPlan(folder, config, 'refused', reason)
   try:
     experiment.check(kind, config)
-    run_folder.check_path(folder)
+    run_folder.check_path(folder, 'run')
     if folder.is_symlink():
       raise ValueError(f'{folder} is a symbolic link; a run folder is a folder of its own')
     run_folder.check_links(folder)
   except ValueError as error:
     return refused(str(error))
   wanted = experiment.as_dict(config)
-  saved = run_folder.read_json(folder / run_folder.CONFIG)
+  saved = saved_config(kind, folder)
   if saved is None and folder.is_dir():
     entries = [entry.name for entry in folder.iterdir()]
     foreign = sorted(name for name in entries if name not in run_folder.RUN_FILES
@@ -87,12 +91,12 @@ def _plan_one(kind: experiment.Experiment, config: ml_collections.ConfigDict,
                  if name in entries]
     if leftovers and overwrite != 'all':
       return refused(f'{folder} holds {", ".join(leftovers)} but no readable '
-                     f'{run_folder.CONFIG}; pass --overwrite to clear it')
+                     f'{run_folder.CONFIG}; pass --overwrite to clear it (a run of a sweep '
+                     f'alone: --overwrite_run={folder.name})')
     if leftovers:
       return RunPlan(folder, config, 'changed', 'overwrite')
   if saved is None:
     return RunPlan(folder, config, 'new')
-  saved = _as_now(kind, saved)
   if saved != wanted:
     change = differing_keys(saved, wanted)
     if overwrite == 'none':
@@ -109,16 +113,17 @@ def _plan_one(kind: experiment.Experiment, config: ml_collections.ConfigDict,
 
 
 def plan(kind: experiment.Experiment, configs: Sequence[ml_collections.ConfigDict],
-         folders: Sequence[pathlib.Path], overwrite: str = 'none') -> list[RunPlan]:
+         folders: Sequence[pathlib.Path], overwrite: str | Sequence[str] = 'none'
+         ) -> list[RunPlan]:
   """What each run will do (the module docstring), read-only.
 
   Args:
     kind: the experiment of every config.
     configs: R configs.
     folders: R run folders (a folder named twice refuses both runs).
-    overwrite: 'none' (a folder of another config is refused), 'changed' (it
-      is cleared and trained again: a sweep's runs) or 'all' (every run is
-      cleared and trained again).
+    overwrite: for every run, or R, one each: 'none' (a folder of another config is
+      refused), 'changed' (it is cleared and trained again: a sweep's runs) or 'all' (the run
+      is cleared and trained again).
 
   Returns:
     R ``RunPlan``s, in the order of ``configs``.
@@ -126,16 +131,14 @@ def plan(kind: experiment.Experiment, configs: Sequence[ml_collections.ConfigDic
   Raises:
     ValueError: for an ``overwrite`` not in OVERWRITE.
   """
-  if overwrite not in OVERWRITE:
+  modes = [overwrite] * len(configs) if isinstance(overwrite, str) else list(overwrite)
+  if any(mode not in OVERWRITE for mode in modes):
     raise ValueError(f'overwrite: expected one of {OVERWRITE}, got {overwrite!r}')
   folders = [pathlib.Path(f) for f in folders]
-  plans = []
-  for config, folder in zip(configs, folders):
-    if folders.count(folder) > 1:
-      plans.append(RunPlan(folder, config, 'refused', f'{folder} is the folder of several runs'))
-    else:
-      plans.append(_plan_one(kind, config, folder, overwrite))
-  return plans
+  counts = collections.Counter(folders)
+  return [RunPlan(folder, config, 'refused', f'{folder} is the folder of several runs')
+          if counts[folder] > 1 else _plan_one(kind, config, folder, mode)
+          for config, folder, mode in zip(configs, folders, modes)]
 
 
 _PLAIN = re.compile(r'[A-Za-z0-9_][A-Za-z0-9_.,=+-]*')

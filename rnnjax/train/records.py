@@ -45,7 +45,8 @@ def read_metrics(folder: pathlib.Path) -> list[dict]:
     if isinstance(line, dict) and isinstance(line.get('step'), int):
       lines.append(line)
     elif number < len(texts):
-      logging.warning('%s: line %d is not a metrics line; skipped', path, number)
+      logging.warning('%s: line %d is not a metrics line; skipped', path, number,
+                      extra=run_folder.about(folder))
   return lines
 
 
@@ -105,17 +106,24 @@ def write_scalars(writer: Any, line: dict) -> None:
   writer.flush()
 
 
-def record_devices(folder: pathlib.Path, devices: str, step: int) -> str | None:
-  """Records that the run trains on ``devices`` from ``step`` (0 forgets earlier starts).
-  Returns a warning where a resumed run moved to other devices (its sums run in another
-  order: its numbers differ in the last digits from a run never moved), else None."""
+def record_devices(folder: pathlib.Path, devices: str, step: int, group: str = ''
+                   ) -> str | None:
+  """Records that the run trains on ``devices`` and ``group`` (alone, or in a vmapped group of
+  how many runs) from ``step`` (0 forgets earlier starts). Returns a warning where a resumed
+  run moved to other devices or another grouping (its sums run in another order: its numbers
+  differ in the last digits from a run never moved), else None."""
   path = pathlib.Path(folder) / run_folder.DEVICES
   starts = [entry for entry in run_folder.read_json(path, list) or []
             if isinstance(entry, dict) and isinstance(entry.get('from_step'), int)
             and entry['from_step'] < step]
-  run_folder.write_json(path, starts + [{'from_step': step, 'devices': devices}])
-  if starts and starts[-1]['devices'] != devices:
-    return (f'{folder}: resumed at step {step} on {devices}; the steps before it ran on '
-            f'{starts[-1]["devices"]}, so its numbers differ in the last digits from a run '
-            'that never moved')
-  return None
+  entry = {'from_step': step, 'devices': devices, **({'group': group} if group else {})}
+  run_folder.write_json(path, starts + [entry])
+  before = starts[-1] if starts else entry
+  moved = [key for key in ('devices', 'group') if before.get(key, entry.get(key)) != entry.get(key)]
+  if not moved:
+    return None
+  where = lambda start: ' '.join(('on ' if key == 'devices' else '') + str(start.get(key))
+                                 for key in moved)
+  return (f'{folder}: resumed at step {step} {where(entry)}; the steps before it ran '
+          f'{where(before)}, so its numbers differ in the last digits from a run that never '
+          'moved')

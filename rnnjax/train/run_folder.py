@@ -23,8 +23,9 @@ import socket
 from typing import Any
 
 __all__ = ['CONFIG', 'METRICS', 'SUMMARY', 'TIMING', 'DEVICES', 'CHECKPOINTS', 'TENSORBOARD',
-           'LOCK', 'LOG', 'RUN_FILES', 'ENDED', 'FolderInUse', 'write', 'write_json', 'append_text',
-           'read_json', 'check_path', 'check_links', 'lock', 'clear', 'errno_of']
+           'LOCK', 'LOG', 'SWEEP_INDEX', 'RUN_FILES', 'ENDED', 'FolderInUse', 'write',
+           'write_json', 'append_text', 'read_json', 'check_path', 'check_links', 'lock', 'clear',
+           'about', 'errno_of']
 
 CONFIG = 'config.json'
 METRICS = 'metrics.jsonl'
@@ -35,6 +36,7 @@ CHECKPOINTS = 'checkpoint'
 TENSORBOARD = 'tensorboard'
 LOCK = '.lock'
 LOG = 'log.txt'  # kept by an overwrite
+SWEEP_INDEX = 'runs.json'  # a sweep's folder: its run folders' names and values
 RUN_FILES = (CONFIG, METRICS, SUMMARY, TIMING, DEVICES, CHECKPOINTS, TENSORBOARD, LOCK, LOG)
 ENDED = ('finished', 'diverged')
 
@@ -100,9 +102,11 @@ def read_json(path: pathlib.Path, kind: type = dict) -> Any:
   return value if isinstance(value, kind) else None
 
 
-def check_path(folder: pathlib.Path) -> None:
+def check_path(folder: pathlib.Path, kind: str = '') -> None:
   """Raises ValueError where ``folder`` cannot be a folder: it, or the first of its
-  parents that exists, is a file or a link to nothing."""
+  parents that exists, is a file or a link to nothing; or, for ``kind`` 'run' or 'sweep',
+  where it holds the other kind: a folder is a run's (config.json) or a sweep's (runs.json),
+  never both, so that clearing a run never deletes a sweep."""
   folder = pathlib.Path(folder)
   for path in (folder.absolute(), *folder.absolute().parents):
     if path.is_symlink() and not path.exists():
@@ -111,7 +115,11 @@ def check_path(folder: pathlib.Path) -> None:
       if not path.is_dir():
         raise ValueError(f'workdir: {path} is a file, expected a folder (the run folder {folder} '
                          'or one that holds it)')
-      return
+      break
+  other = {'run': SWEEP_INDEX, 'sweep': CONFIG}.get(kind)
+  if other and (folder / other).exists():
+    raise ValueError(f'workdir: {folder} holds {other}, so it is not a {kind} folder (a folder '
+                     f"is a run's or a sweep's, never both); give the {kind} another folder")
 
 
 def check_links(folder: pathlib.Path) -> None:
@@ -148,7 +156,7 @@ def lock(folder: pathlib.Path) -> int:
     if handle >= 0:
       os.close(handle)
     if error.errno == errno.ELOOP:
-      raise ValueError(str(error)) from None
+      raise ValueError(error.strerror) from None  # what the link is, without "[Errno 40]"
     raise OSError(error.errno, f'{folder}: cannot make it or its lock ({error.strerror})') from None
 
 
@@ -162,6 +170,12 @@ def clear(folder: pathlib.Path) -> None:
       shutil.rmtree(entry)
     else:
       entry.unlink()
+
+
+def about(folder: pathlib.Path | None) -> dict:
+  """logging's ``extra`` for a line about the run in ``folder``: a job writes it to that
+  run's log.txt alone (``job``)."""
+  return {'run_folder': folder}
 
 
 def errno_of(error: BaseException) -> int | None:

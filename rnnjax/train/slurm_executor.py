@@ -46,7 +46,10 @@ class Slurm:
 
   def __init__(self, settings: executors.Settings, poll_seconds: float = 5.0):
     self.poll_seconds = poll_seconds
-    self.executor = submitit.AutoExecutor(folder=settings.folder / 'slurm', cluster='slurm')
+    try:
+      self.executor = submitit.AutoExecutor(folder=settings.folder / 'slurm', cluster='slurm')
+    except RuntimeError as error:  # no srun on this machine
+      raise ValueError(f'--executor=slurm: no Slurm here ({error})') from None
     self.executor.update_parameters(**{k: v for k, v in settings.options.items() if v})
     self.stopping = threading.Event()
 

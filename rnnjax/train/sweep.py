@@ -2,13 +2,15 @@
 
 Each run gets the folder ``<workdir>/<swept values>`` (``plan.folder_names``; ``runs.json``
 maps folder names to swept values). The runs are planned once (``plan.plan`` with overwrite
-'changed', or 'all'): a run that ended with the same config is kept, one whose config changed
-trains again, one that did not end resumes, one that fails its checks fails before anything
-runs. Runs that differ only in values that change no program train as one vmapped group, cut
-into jobs for the executor (``executors``, found by name). One launcher per sweep folder
-(``<workdir>/.lock``). At the end, or once a signal (Ctrl-C, SIGTERM) has stopped the executor,
-the sweep writes the tables of what ended (``report.write``), prints them and names each failed
-run's reason.
+'changed', or 'all' for the runs to overwrite): a run that ended with the same config is kept,
+one whose config changed trains again, one that did not end resumes, one that fails its checks
+fails before anything runs. Runs that differ only in values that change no program train as
+one vmapped group, cut into jobs for the executor (``executors``, found by name). One launcher
+per sweep folder (``<workdir>/.lock``). At the end the sweep writes the tables of what the run
+folders hold (``report.write``; a run whose folder has since trained another config is
+'replaced'), prints them and names each failed run's reason. From its first line to its last a
+signal (Ctrl-C, SIGTERM) stops it: no job starts after it, the running ones checkpoint, the
+tables of what ended are written, and it exits 128 + the signal's number.
 """
 
 import datetime
@@ -19,7 +21,7 @@ import socket
 import subprocess
 import sys
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from ml_collections import ConfigDict
 import tqdm
@@ -95,9 +97,10 @@ def _print(line: str) -> None:
 
 def sweep(kind: experiment.Experiment, configs: list[ConfigDict], overrides: list[dict],
           workdir: pathlib.Path, command_line: dict | None = None, executor: str = 'local',
-          overwrite: bool = False, max_group_size: int = 0, processes: int = 0,
+          overwrite: bool | Sequence[str] = False, max_group_size: int = 0, processes: int = 0,
           threads_per_run: int = 0, stall_seconds: float = 1800.0,
-          options: Mapping[str, Any] | None = None, verbosity: int = 0) -> int:
+          options: Mapping[str, Any] | None = None, verbosity: int = 0,
+          received: list[int] | None = None) -> int:
   """Plans, trains and tabulates a sweep (the module docstring).
 
   Args:
@@ -107,72 +110,99 @@ def sweep(kind: experiment.Experiment, configs: list[ConfigDict], overrides: lis
     workdir: the sweep folder.
     command_line: the fields set for every run, named under the tables' heading.
     executor: the name of an executor in ``executors.EXECUTORS``.
-    overwrite: clear every run folder and train every run again.
+    overwrite: True: clear every run folder and train every run again; run folder names:
+      those runs alone.
     max_group_size: most runs a job (0: each group cut into the executor's ``parts``;
       1: every run alone).
     processes, threads_per_run, stall_seconds, options: ``executors.Settings``.
     verbosity: absl's, of the jobs' logs (``job``'s module docstring): from 1, the INFO
       lines of the libraries too.
+    received: the signals the command received before (SIGINT, SIGTERM); those to come are
+      added.
 
   Returns:
-    the exit status: 0, or 1 when a run failed (each reason printed), 130 when
-    interrupted (SIGINT, SIGTERM: the tables of the runs that ended are written).
+    the exit status: 0, 1 when a run failed (each reason printed), 128 + the first signal's
+    number when one came (130 for SIGINT, 143 for SIGTERM).
 
   Raises:
     SweepError, run_folder.FolderInUse, OSError, ValueError (the executor's): before any run
       folder is touched.
   """
-  workdir = pathlib.Path(workdir)
-  run_folder.check_path(workdir)
-  keys = swept_keys(overrides)
-  overrides = [{key: _value(config, key) for key in dict.fromkeys([*values, *keys])}
-               for values, config in zip(overrides, configs)]  # as the configs hold them
-  names, plans = _plan(kind, configs, overrides, keys, workdir, overwrite)
-  reasons = {i: run.reason for i, run in enumerate(plans) if run.action == 'refused'}
-  job_folder = workdir / '.jobs'
-  runner = executors.find(executor)(executors.Settings(
-      job_folder, processes, threads_per_run, stall_seconds, options or {}))
-  lock = run_folder.lock(workdir)
-  run_folder.write_json(workdir / 'runs.json', dict(zip(names, overrides)))
-  _note(workdir, names, plans)
-  groups = planning.jobs(kind, plans, max_group_size, runner.parts)
-  where = provenance()
-  jobs = [{'id': str(n), 'experiment': kind.name, 'overwrite': 'all' if overwrite else 'changed',
-           'result': str((job_folder / f'{n}.result.json').absolute()), 'provenance': where,
-           'verbosity': verbosity, 'runs': [{'folder': str(plans[i].folder.absolute()),
-                     'config': experiment.as_dict(plans[i].config)} for i in group]}
-          for n, group in enumerate(groups)]
-  statuses: dict[int, str] = {}  # of the runs that did not end: failed, interrupted
-  interrupted = _train(runner, kind, plans, names, list(zip(jobs, groups)), reasons,
-                       statuses, job_folder)
-  table, kept = _tables(kind, plans, overrides, names, keys, statuses, workdir,
-                        command_line)
-  _print(table)
-  if interrupted:
-    _print(f'\ninterrupted: {kept} of {len(plans)} runs have ended and are kept, the others '
-           'keep their last checkpoint; run the same command again to resume')
-  else:
-    _print(f'{len(plans)} runs ({len(reasons)} failed); tables: {workdir / "results.md"}, '
-           'results.csv' + (', results_over_seeds.md' if 'seed' in keys and len(keys) > 1
-                            else ''))
-  os.close(lock)
-  for i, why in sorted(reasons.items()):
-    print(f'failed: {names[i]}: {why}', file=sys.stderr)
-  return 130 if interrupted else 1 if reasons else 0
+  received = [] if received is None else received
+  runners: list[executors.Executor] = []
+
+  def stop(signum: int, frame: Any) -> None:
+    del frame
+    received.append(signum)
+    for runner in runners:
+      runner.stop()
+
+  previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+  try:
+    workdir = pathlib.Path(workdir)
+    run_folder.check_path(workdir, 'sweep')
+    keys = swept_keys(overrides)
+    overrides = [{key: _value(config, key) for key in dict.fromkeys([*values, *keys])}
+                 for values, config in zip(overrides, configs)]  # as the configs hold them
+    names, modes, plans = _plan(kind, configs, overrides, keys, workdir, overwrite)
+    reasons = {i: run.reason for i, run in enumerate(plans) if run.action == 'refused'}
+    job_folder = workdir / '.jobs'
+    runners.append(executors.find(executor)(executors.Settings(
+        job_folder, processes, threads_per_run, stall_seconds, options or {})))
+    if received:
+      _print(f'interrupted before any run started; {workdir} is left as it was')
+      return 128 + received[0]
+    lock = run_folder.lock(workdir)
+    run_folder.write_json(workdir / run_folder.SWEEP_INDEX, dict(zip(names, overrides)))
+    _note(workdir, names, plans)
+    groups = planning.jobs(kind, plans, max_group_size, runners[0].parts)
+    where = provenance()
+    jobs = [{'id': str(n), 'experiment': kind.name, 'overwrite': [modes[i] for i in group],
+             'result': str((job_folder / f'{n}.result.json').absolute()),
+             'log': str((job_folder / f'{n}.log').absolute()), 'provenance': where,
+             'verbosity': verbosity, 'runs': [{'folder': str(plans[i].folder.absolute()),
+                       'config': experiment.as_dict(plans[i].config)} for i in group]}
+            for n, group in enumerate(groups)]
+    statuses: dict[int, str] = {}  # of the runs that did not end: failed, interrupted
+    _train(runners[0], kind, plans, names, list(zip(jobs, groups)), reasons, statuses,
+           job_folder)
+    table, kept = _tables(kind, plans, overrides, names, keys, statuses, workdir,
+                          command_line)
+    _print(table)
+    if received:
+      _print(f'\ninterrupted: {kept} of {len(plans)} runs have ended and are kept, the others '
+             'keep their last checkpoint; run the same command again to resume')
+    else:
+      _print(f'{len(plans)} runs ({len(reasons)} failed); tables: {workdir / "results.md"}, '
+             'results.csv' + (', results_over_seeds.md' if 'seed' in keys and len(keys) > 1
+                              else ''))
+    os.close(lock)
+    for i, why in sorted(reasons.items()):
+      print(f'failed: {names[i]}: {why}', file=sys.stderr)
+    return 128 + received[0] if received else 1 if reasons else 0
+  finally:
+    for signum, handler in previous.items():
+      signal.signal(signum, handler)
 
 
 def _plan(kind: experiment.Experiment, configs: list[ConfigDict], overrides: list[dict],
-          keys: list[str], workdir: pathlib.Path, overwrite: bool
-          ) -> tuple[list[str], list[planning.RunPlan]]:
-  """Each run's folder name and plan (``plan.plan``), read-only; SweepError for two runs of
-  the same swept values, or every run refused."""
+          keys: list[str], workdir: pathlib.Path, overwrite: bool | Sequence[str]
+          ) -> tuple[list[str], list[str], list[planning.RunPlan]]:
+  """Each run's folder name, overwrite mode and plan (``plan.plan``), read-only; SweepError
+  for two runs of the same swept values, a run to overwrite that is not one, or every run
+  refused."""
   names = planning.folder_names(overrides, keys)
   if len(set(names)) < len(names):
     twice = next(n for n in names if names.count(n) > 1)
     raise SweepError(f'get_sweep: runs {[i for i, n in enumerate(names) if n == twice]} have '
                      f'the same swept values ({twice}); give each run its own')
-  plans = planning.plan(kind, configs, [workdir / name for name in names],
-                        'all' if overwrite else 'changed')
+  chosen = set(names) if overwrite is True else set(overwrite or ())
+  if chosen - set(names):
+    raise SweepError(f'--overwrite_run: no run of the sweep has the folder '
+                     f'{sorted(chosen - set(names))[0]!r}; its runs: {", ".join(names[:8])}'
+                     + (' ...' if len(names) > 8 else ''))
+  modes = ['all' if name in chosen else 'changed' for name in names]
+  plans = planning.plan(kind, configs, [workdir / name for name in names], modes)
   reasons = {i: run.reason for i, run in enumerate(plans) if run.action == 'refused'}
   if len(reasons) == len(plans):  # a bad --config.NAME, say: no folder made for it
     distinct = set(reasons.values())
@@ -182,7 +212,7 @@ def _plan(kind: experiment.Experiment, configs: list[ConfigDict], overrides: lis
     raise SweepError('every run of the sweep fails its checks'
                      + (f': {distinct.pop()}' if len(distinct) == 1 else '')
                      + f'; {workdir} is left as it was')
-  return names, plans
+  return names, modes, plans
 
 
 def _note(workdir: pathlib.Path, names: list[str], plans: list[planning.RunPlan]) -> None:
@@ -202,20 +232,14 @@ def _note(workdir: pathlib.Path, names: list[str], plans: list[planning.RunPlan]
 
 def _train(runner: executors.Executor, kind: experiment.Experiment,
            plans: list[planning.RunPlan], names: list[str], jobs: list[tuple[dict, list[int]]],
-           reasons: dict[int, str], statuses: dict[int, str], job_folder: pathlib.Path) -> bool:
+           reasons: dict[int, str], statuses: dict[int, str], job_folder: pathlib.Path) -> None:
   """Runs the jobs (with their runs' indices) on ``runner`` under a progress bar; a run that
-  does not end gets its status (a failed one its reason). Returns whether a signal stopped it."""
+  does not end gets its status (a failed one its reason)."""
   index = {run.folder.absolute(): i for i, run in enumerate(plans)}
   weights = {job['id']: sum(kind.work(plans[i].config) for i in group)
              for job, group in jobs}
   done = {job['id']: plans[group[0]].step for job, group in jobs}
   total = sum(weights[job['id']] * plans[group[0]].config.steps for job, group in jobs)
-  signals: list[int] = []
-
-  def stop(signum: int, frame: Any) -> None:
-    del frame
-    signals.append(signum)
-    runner.stop()
 
   def on_end(job: dict, result: dict) -> None:
     for run in result['runs']:
@@ -233,28 +257,20 @@ def _train(runner: executors.Executor, kind: experiment.Experiment,
       bar.update((step - done[job['id']]) * weights[job['id']])
       done[job['id']] = step
 
-  # Stopping from before the first line a user (or a test) reacts to; a launcher started with
-  # SIGINT ignored (in the background of a shell) would lose Ctrl-C.
-  previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
-  try:
-    ended = sum(run.action == 'ended' for run in plans)
-    resuming = sum(run.action == 'resume' and run.step > 0 for run in plans)
-    refused = sum(run.action == 'refused' for run in plans)
-    _print(f'{len(plans)} runs: {ended} ended already, {refused} failed their checks, '
-           f'{sum(len(group) for _, group in jobs)} to train'
-           + (f' ({resuming} from their checkpoints)' if resuming else '')
-           + f' in {len(jobs)} job(s) {runner.where}')
-    job_folder.mkdir(exist_ok=True)
-    for stale in job_folder.glob('*.json'):  # results of an earlier launch
-      stale.unlink()
-    with tqdm.tqdm(total=total, initial=sum(weights[j] * done[j] for j in done), unit='work',
-                   file=sys.stdout, disable=not jobs,
-                   bar_format='{l_bar}{bar}| {percentage:3.0f}% [{elapsed}<{remaining}]') as bar:
-      runner.run([job for job, _ in jobs], on_end, on_progress, bar.write)
-  finally:
-    for signum, handler in previous.items():
-      signal.signal(signum, handler)
-  return bool(signals)
+  ended = sum(run.action == 'ended' for run in plans)
+  resuming = sum(run.action == 'resume' and run.step > 0 for run in plans)
+  refused = sum(run.action == 'refused' for run in plans)
+  _print(f'{len(plans)} runs: {ended} ended already, {refused} failed their checks, '
+         f'{sum(len(group) for _, group in jobs)} to train'
+         + (f' ({resuming} from their checkpoints)' if resuming else '')
+         + f' in {len(jobs)} job(s) {runner.where}')
+  job_folder.mkdir(exist_ok=True)
+  for stale in job_folder.glob('*.json'):  # results of an earlier launch
+    stale.unlink()
+  with tqdm.tqdm(total=total, initial=sum(weights[j] * done[j] for j in done), unit='work',
+                 file=sys.stdout, disable=not jobs,
+                 bar_format='{l_bar}{bar}| {percentage:3.0f}% [{elapsed}<{remaining}]') as bar:
+    runner.run([job for job, _ in jobs], on_end, on_progress, bar.write)
 
 
 def _tables(kind: experiment.Experiment, plans: list[planning.RunPlan],
@@ -267,6 +283,9 @@ def _tables(kind: experiment.Experiment, plans: list[planning.RunPlan],
     summary = run_folder.read_json(run.folder / run_folder.SUMMARY)
     status = ('failed' if run.action == 'refused' else statuses.get(i)
               or (summary or {}).get('status') or 'missing')
+    if status in run_folder.ENDED and (planning.saved_config(kind, run.folder)
+                                       != experiment.as_dict(run.config)):
+      status = 'replaced'  # its folder trained another config since (rnnjax-run --overwrite)
     runs.append({'name': name, 'values': values, 'config': experiment.as_dict(run.config),
                  'summary': summary if status in run_folder.ENDED else None,
                  'timing': run_folder.read_json(run.folder / run_folder.TIMING),

@@ -44,6 +44,7 @@ from rnnjax.train import checkpoints
 from rnnjax.train import devices
 from rnnjax.train import optimizers
 from rnnjax.train import records
+from rnnjax.train import run_folder
 
 __all__ = ['Task', 'TrainState', 'Interrupted', 'Programs', 'Cadence', 'initial_state', 'train',
            'cadences', 'itstime', 'plateau', 'host_spectral_radii', 'unstack', 'LOGGED', 'TOTALS']
@@ -390,13 +391,16 @@ class _Group:
       # resumed + 1 from step 0 too: a start killed before its first checkpoint left events
       self.boards = [records.tensorboard(folder, resumed + 1) for folder in self.paths]
     state = devices.place_state(self.where, state)
-    logging.info('%d run(s) on %s', self.runs, devices.describe(self.where))
-    if resumed:
-      logging.info('resumed %d run(s) from the checkpoint of step %d', self.runs, resumed)
-    for folder in self.paths if self.writer else []:
-      moved = records.record_devices(folder, devices.describe(self.where), resumed)
+    where = devices.describe(self.where)
+    logging.info('%d run(s) on %s', self.runs, where)
+    group = 'alone' if self.runs == 1 else f'in a vmapped group of {self.runs} runs'
+    for folder in self.paths:
+      if resumed:  # in each run's own log
+        logging.info('resumed %d run(s) from the checkpoint of step %d', self.runs, resumed,
+                     extra=run_folder.about(folder))
+      moved = records.record_devices(folder, where, resumed, group) if self.writer else None
       if moved:
-        logging.warning('%s', moved)
+        logging.warning('%s', moved, extra=run_folder.about(folder))
     self.charge('setup')
     return state, resumed
 
@@ -447,8 +451,10 @@ class _Group:
         self.programs.compiled('measure', state, batch)(state, batch))
     return host_spectral_radii(weights), profile, exponent
 
-  def _name(self, i: int) -> str:
-    return f'run {i}: ' if self.runs > 1 else ''
+  def say(self, i: int, line: str) -> None:
+    """Logs a line about run i, into its own log (``run_folder.about``)."""
+    logging.info('%s%s', f'run {i}: ' if self.runs > 1 else '', line,
+                 extra=run_folder.about(self.paths[i] if self.paths else None))
 
   def log(self, state: TrainState, step: int, measured: tuple, validation: dict[int, float]
           ) -> TrainState:
@@ -471,10 +477,10 @@ class _Group:
       if self.writer:
         records.append_metrics(self.paths[i], line)
         records.write_scalars(self.boards[i], line)
-      logging.info('%sstep %d/%d  loss %.4f %s%s  grad norm %.3g%s', self._name(i),
-                   step, self.configs[0].steps, line['loss'], self.task.loss_unit,
-                   f' ({line["bits"]:.3f} bits)' if 'bits' in line else '', line['grad_norm'],
-                   f'  skipped {line["skipped"]}' if line['skipped'] else '')
+      self.say(i, f'step {step}/{self.configs[0].steps}  loss {line["loss"]:.4f} '
+               f'{self.task.loss_unit}' + (f' ({line["bits"]:.3f} bits)' if 'bits' in line else '')
+               + f'  grad norm {line["grad_norm"]:.3g}'
+               + (f'  skipped {line["skipped"]}' if line['skipped'] else ''))
     return state._replace(interval=jax.tree_util.tree_map(jnp.zeros_like, state.interval))
 
   def check_solved(self, state: TrainState, step: int) -> TrainState:
@@ -486,7 +492,7 @@ class _Group:
              if not stopped[i] and self.task.solved(self.configs[i], params[i])]
     for i in newly:
       stopped[i] = step
-      logging.info('%ssolved at step %d', self._name(i), step)
+      self.say(i, f'solved at step {step}')
     return state._replace(stopped=devices.put_like(stopped, state.stopped)) if newly else state
 
   def validate(self, state: TrainState) -> dict[int, float]:
@@ -510,7 +516,7 @@ class _Group:
                                             self.configs[i].plateau_threshold)
         if converged[i]:
           stopped[i] = step
-          logging.info('%sconverged at step %d', self._name(i), step)
+          self.say(i, f'converged at step {step}')
         elif decaying[i]:
           rate[i] *= np.float32(self.configs[i].plateau_decay)
       last[i] = loss
