@@ -11,6 +11,7 @@ loss and the final params to 1e-5 relative).
 import json
 import os
 import pathlib
+import re
 import signal
 import socket
 import subprocess
@@ -105,7 +106,9 @@ def test_group_of_8_runs_one_per_device_equals_one_device(tmp_path):
   sweep('eight', 8, '--config.layout=runs')
   for rate in rates:
     eight = tmp_path / 'eight' / f'learning_rate={rate}'
-    assert '8 devices (1 process(es)), runs split over them' in (eight / 'log.txt').read_text()
+    header = (eight / 'log.txt').read_text()  # names the job's log, where its shared lines go
+    job_log = pathlib.Path(re.search(r"the job's log: (\S+)", header).group(1)).read_text()
+    assert '8 devices (1 process(es)), runs split over them' in job_log
     assert_same_run(eight, tmp_path / 'one' / f'learning_rate={rate}')
   assert len({losses(tmp_path / 'one' / f'learning_rate={rate}')[-1] for rate in rates}) == 8
 
