@@ -50,8 +50,8 @@ STUDIES = {
     'ptb_chars': ('ptb_chars.py', (), 'results_over_seeds.md'),
     'ptb_words': ('ptb_words.py', (), 'results_over_seeds.md'),
     'bpe_lm': ('bpe_lm.py', (), 'results.md'),
-    'classify': ('classify.py', (), 'results.md'),
-    'seq2seq': ('seq2seq.py', (), 'results.md'),
+    'classify': ('classify.py', (), 'results_over_seeds.md'),
+    'seq2seq': ('seq2seq.py', (), 'results_over_seeds.md'),
     'parallel_in_time': ('parallel_in_time.py', ('--max_group_size=64',), 'predictability.md'),
 }
 flags.DEFINE_list('studies', list(STUDIES), f'Which studies, of {", ".join(STUDIES)}.')
