@@ -175,7 +175,8 @@ def theory(runs, keys, folder, heading) -> None:
       'does: Pascanu et al.\'s sufficient condition for vanishing holds below it.'])),
       folder, 'gradient_crossings')
   trained = [{'trained_run': pathlib.PurePath(run['config']['trained_run']).name,
-              'dtype': run['config']['dtype'], 'measured_spectral_radius': run['summary']['measured_spectral_radius'],
+              'dtype': run['config']['dtype'],
+              'measured_spectral_radius': run['summary']['measured_spectral_radius'],
               'sigma_max': run['summary']['sigma_max'], 'rate': run['summary']['rate'],
               **{f'ratio_k{k}': run['summary'][f'ratio_k{k}'] for k in (10, 20, 40, 60)}}
              for run in ended if run['config'].get('trained_run')]

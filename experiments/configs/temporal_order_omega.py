@@ -9,7 +9,7 @@ sequences, checked every 1,000 updates, at most 200,000 updates), with Omega's w
 (RNN.py line 467) and at 4 (the paper, section 4.1), at T in {50, 100}, both tanh
 initializations, 5 seeds: 40 runs. The weight-2 runs repeat the ones of temporal_order.py
 (same configs, so the same numbers), so that Fisher's exact test compares the two weights
-within one table. Budget: about 4 CPU hours (3.75 measured).
+within one table. Budget: about 4 CPU hours.
 """
 
 import itertools
