@@ -6,8 +6,8 @@ one ``update`` function, one compiled step and one vmapped group. No clipping is
 clipping at an infinite threshold.
 
 References:
-  Pascanu, Mikolov & Bengio (2013), "On the difficulty of training recurrent neural
-  networks", algorithm 1 (``rnnjax.clipping``).
+  Pascanu, Mikolov & Bengio (2013), "On the difficulty of training recurrent neural networks",
+  algorithm 1 (``rnnjax.clipping``).
 """
 
 import math

@@ -20,9 +20,8 @@ across and the other settings down, one picture per ``panels`` value; ``('points
 series_key, panel_key)`` one run's ``y`` against its ``x``, a point a run.
 
 References:
-  Wilson (1927), "Probable inference, the law of succession, and statistical inference",
-  JASA 22 (the interval, ``scipy.stats.binomtest``); Fisher's exact test
-  (``scipy.stats.fisher_exact``).
+  Wilson (1927), "Probable inference, the law of succession, and statistical inference", JASA 22
+  (the interval, ``scipy.stats.binomtest``); Fisher's exact test (``scipy.stats.fisher_exact``).
 """
 
 import csv
@@ -419,9 +418,8 @@ def write(runs: Sequence[dict], keys: Sequence[str], kind: experiment.Experiment
   """Writes the tables (atomically) and plots of a sweep; returns the per-run table.
 
   Args:
-    runs: per run, a dict of its folder's ``name``, ``values`` (its swept values),
-      ``config`` (as config.json holds it), ``summary`` and ``timing`` (None where
-      missing) and ``status``.
+    runs: per run, a dict of its folder's ``name``, ``values`` (its swept values), ``config`` (as
+      config.json holds it), ``summary`` and ``timing`` (None where missing) and ``status``.
     keys: the swept keys, in order.
     kind: the ``Experiment`` (its ``report`` fields and ``plots``).
     folder: the sweep folder.

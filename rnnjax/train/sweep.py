@@ -114,8 +114,7 @@ def sweep(kind: experiment.Experiment, configs: list[ConfigDict], overrides: lis
     processes, threads_per_run, stall_seconds, options: ``executors.Settings``.
     verbosity: absl's, of the jobs' logs (``job``'s module docstring): from 1, the INFO
       lines of the libraries too.
-    received: the signals the command received before (SIGINT, SIGTERM); those to come are
-      added.
+    received: the signals the command received before (SIGINT, SIGTERM); those to come are added.
 
   Returns:
     the exit status: 0, 1 when a run failed (each reason printed), 128 + the first signal's
