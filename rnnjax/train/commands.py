@@ -21,7 +21,8 @@ the signal's number when stopped by one.
 
 sweep: every run of ``get_sweep()`` is planned, trained in vmapped groups by an executor
 (``--executor``: local processes, a cluster), and tabulated (``rnnjax.train.sweep``); exit
-status 0, 1 when a run failed (each reason printed), 130 when interrupted.
+status 0, 1 when a run failed (each reason printed), 128 + the signal's number when stopped by
+one (130 at Ctrl-C).
 """
 
 import importlib.util
