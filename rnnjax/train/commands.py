@@ -4,26 +4,25 @@
   rnnjax-sweep --config=CONFIG.py --workdir=results/sweep [--config.NAME=VALUE ...]
       [--executor=NAME --NAME.FIELD=VALUE ...]
 
-(``python -m launch.run`` and ``python -m launch.sweep`` in a checkout.) A config
-file defines ``get_config()``, whose ``experiment`` field names the module of an
-``Experiment`` on the Python path (the working directory is on it), and for a
-sweep ``get_sweep()``: one dict of field values per run. ``--config.NAME=VALUE``
-sets a field (for a sweep: for every run, in place of the value ``get_sweep()``
-gives them all; a field the sweep varies is refused). The config file is
-executed once.
+(``python -m launch.run`` and ``python -m launch.sweep`` in a checkout.) A config file defines
+``get_config()``, whose ``experiment`` field names the module of an ``Experiment`` on the Python
+path (the working directory is on it), and for a sweep ``get_sweep()``: one dict of field values per
+run. ``--config.NAME=VALUE`` sets a field (for a sweep: for every run, in place of the value
+``get_sweep()`` gives them all; a field the sweep varies is refused). The config file is executed
+once.
 
-run: rerunning the same command resumes the run from its latest checkpoint, or,
-if it ended, prints its summary and trains nothing; a config that differs from
-the folder's config.json is refused (one line naming the differing fields)
-unless ``--overwrite``, which clears the folder first. SIGTERM, SIGUSR2 (Slurm's
-time-limit warning) and Ctrl-C checkpoint the run at the current step before it
-exits. Exit status: 0 when the run finished or diverged (a diverged run is a
-result); 1 with one line on stderr for a bad config, a folder of another run or
-in use, missing data, a full disk; 128 + the signal's number when stopped by one.
+run: rerunning the same command resumes the run from its latest checkpoint, or, if it ended, prints
+its summary and trains nothing; a config that differs from the folder's config.json is refused (one
+line naming the differing fields) unless ``--overwrite``, which clears the folder first. SIGTERM,
+SIGUSR2 (Slurm's time-limit warning) and Ctrl-C checkpoint the run at the current step before it
+exits. Exit status: 0 when the run finished or diverged (a diverged run is a result); 1 with one
+line on stderr for a bad config, a folder of another run or in use, missing data, a full disk; 128 +
+the signal's number when stopped by one.
 
 sweep: every run of ``get_sweep()`` is planned, trained in vmapped groups by an executor
 (``--executor``: local processes, a cluster), and tabulated (``rnnjax.train.sweep``); exit
-status 0, 1 when a run failed (each reason printed), 130 when interrupted.
+status 0, 1 when a run failed (each reason printed), 128 + the signal's number when stopped by
+one (130 at Ctrl-C).
 """
 
 import importlib.util
@@ -130,17 +129,17 @@ def _load(argv: list[str], sweep: bool, options: Options | None = None
           + f':\n{kind.help(base)}', options)
   dicts = {'config': (base, path), **{name: (fields, f'--{name}')
                                       for name, fields in options.items()}}
-  overrides = []  # (flag, field, value or None)
+  overrides = []  # (flag, field, value or None, the field's value in the config)
   for arg in argv[1:]:  # a field the config lacks: one line naming the closest
     match = re.match(r'--?(\w+)\.([A-Za-z_][\w.]*)(?:=(.*))?', arg)
     if match and match.group(1) in dicts:
-      holder, where = dicts[match.group(1)]
+      flag, name, value = match.groups()
+      fields, where = dicts[flag]
       try:
-        experiment.locate(holder, match.group(2))
+        holder, key = experiment.locate(fields, name)
       except ValueError as error:
-        _fail(f'--{match.group(1)}.{match.group(2)}: {where} has no field '
-              f'{str(error).split("no field ", 1)[1]}')
-      overrides.append(match.groups())
+        _fail(f'--{flag}.{name}: {where} has no field {str(error).split("no field ", 1)[1]}')
+      overrides.append((flag, name, value, holder[key]))
   rest = [arg for i, arg in enumerate(argv) if not (
       re.fullmatch(r'--?config(=.*)?', arg) or (i > 0 and re.fullmatch(r'--?config', argv[i - 1])))]
   config_flags.DEFINE_config_dict('config', base, "The config file's get_config(); override a "
@@ -152,14 +151,13 @@ def _load(argv: list[str], sweep: bool, options: Options | None = None
   try:
     FLAGS(rest)
   except (flags.Error, KeyError, AttributeError, TypeError, ValueError) as error:
-    for flag, name, value in overrides:  # a value of another type than the field's default
+    for flag, name, value, default in overrides:  # a value of another type than the default's
       if value is not None:
-        holder, key = experiment.locate(dicts[flag][0], name)
         try:
           FLAGS[f'{flag}.{name}'].parser.parse(value)
         except (ValueError, TypeError):
-          _fail(f'--{flag}.{name}: expected {_kind(holder[key])} (the type of its value '
-                f'{holder[key]!r}), got {value!r}')
+          _fail(f'--{flag}.{name}: expected {_kind(default)} (the type of its value '
+                f'{default!r}), got {value!r}')
     _fail(' '.join(str(error).replace('\\n', ' ').split()))
   return kind, FLAGS.config, runs, path
 
@@ -213,15 +211,11 @@ def run_main(received: list[int] | None = None) -> None:
   if jax.process_index() != 0:  # process 0 alone writes the folder and reports
     return
   summary = run_folder.read_json(pathlib.Path(FLAGS.workdir) / run_folder.SUMMARY) or {}
-  print(f'{FLAGS.workdir}: {summary.get("status")} after {summary.get("steps_done")} steps' +
-        (f' (diverged at step {summary["diverged_step"]})' if summary.get('diverged_step')
-         else ''))
-  for name in kind.report:
+  print(f'{FLAGS.workdir}: {summary.get("status")} after {summary.get("steps_done")} steps' + (
+      f' (diverged at step {summary["diverged_step"]})' if summary.get('diverged_step') else ''))
+  for name in [*kind.report, *(name for name in summary if name.startswith('sample_'))]:
     value = summary.get(name, math.nan)
     print(f'  {name}: {value:.4g}' if isinstance(value, float) else f'  {name}: {value}')
-  for name, value in summary.items():
-    if name.startswith('sample_'):
-      print(f'  {name}: {value}')
 
 
 def sweep_main(received: list[int] | None = None) -> None:
@@ -243,8 +237,7 @@ def sweep_main(received: list[int] | None = None) -> None:
   flags.DEFINE_float('stall_minutes', 30.0, 'local: a job that reports no progress for this '
                      'long is named, and killed a minute later.', lower_bound=0.05)
   kind, config, overrides, path = _load(sys.argv, True, {
-      name: ml_collections.ConfigDict(cls.OPTIONS) for name, cls in classes.items()
-      if cls.OPTIONS})
+      name: ml_collections.ConfigDict(cls.OPTIONS) for name, cls in classes.items() if cls.OPTIONS})
   if not FLAGS.workdir:
     _fail('--workdir: expected the sweep folder')
   from rnnjax.train import run_folder
@@ -255,9 +248,8 @@ def sweep_main(received: list[int] | None = None) -> None:
     status = sweep.sweep(kind, configs, overrides, pathlib.Path(FLAGS.workdir), command_line,
                          FLAGS.executor, FLAGS.overwrite or FLAGS.overwrite_run,
                          FLAGS.max_group_size, FLAGS.processes, FLAGS.threads_per_run,
-                         FLAGS.stall_minutes * 60,
-                         dict(getattr(FLAGS, FLAGS.executor, None) or {}), FLAGS.verbosity,
-                         received)
+                         FLAGS.stall_minutes * 60, dict(getattr(FLAGS, FLAGS.executor, None) or {}),
+                         FLAGS.verbosity, received)
   except (sweep.SweepError, run_folder.FolderInUse, ValueError, OSError) as error:
     _fail(str(error))
   sys.exit(status)

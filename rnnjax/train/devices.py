@@ -47,8 +47,7 @@ def placement(layout: str, runs: int, batch: Any) -> Placement:
   """
   if layout not in LAYOUTS:
     raise ValueError(f'config.layout: expected one of {LAYOUTS}, got {layout!r}')
-  devices = jax.devices()
-  count = len(devices)
+  count = len(jax.devices())
   sizes = {np.shape(leaf)[0] for leaf in jax.tree_util.tree_leaves(batch) if np.ndim(leaf)}
   batch_size = sizes.pop() if len(sizes) == 1 else None  # None: no one batch axis
   if count == 1:
@@ -71,15 +70,14 @@ def placement(layout: str, runs: int, batch: Any) -> Placement:
   if layout == 'data' and batch_size is not None and batch_size % count:
     raise ValueError(f"config.layout: 'data' needs a batch size divisible by the {count} "
                      f'devices, got {batch_size}')
-  return Placement(layout, jax.sharding.Mesh(np.array(devices), ('devices',)))
+  return Placement(layout, jax.sharding.Mesh(np.array(jax.devices()), ('devices',)))
 
 
 def needs_one_step_at_a_time(where: Placement) -> bool:
-  """Whether a step over ``where`` must finish before the next is dispatched: over several
-  CPU devices, where XLA:CPU's client deadlocks with two such programs in flight (a
-  device's next step waits for inputs its previous step, queued behind it, would write,
-  while the other device waits in the all-reduce); waiting is also faster there. GPUs and
-  TPUs keep their asynchronous dispatch."""
+  """Whether a step over ``where`` must finish before the next is dispatched: over several CPU
+  devices, where XLA:CPU's client deadlocks with two such programs in flight (a device's next step
+  waits for inputs its previous step, queued behind it, would write, while the other device waits in
+  the all-reduce); waiting is also faster there. GPUs and TPUs keep their asynchronous dispatch."""
   return where.mesh is not None and where.mesh.devices.flat[0].platform == 'cpu'
 
 

@@ -8,14 +8,15 @@ this shape and a line there; the launcher, the commands and the tests know nothi
 """
 
 import contextlib
-import importlib
 import pathlib
+import pkgutil
 import time
 from typing import Any, Callable, ClassVar, Mapping, NamedTuple, Protocol
 
 from rnnjax.train import run_folder
 
-__all__ = ['Settings', 'Executor', 'EXECUTORS', 'STOP_SECONDS', 'find', 'result_of', 'log', 'header']
+__all__ = ['Settings', 'Executor', 'EXECUTORS', 'STOP_SECONDS', 'find', 'result_of', 'log',
+           'header']
 
 OnEnd = Callable[[dict, dict], None]  # on_end(job, result)
 OnProgress = Callable[[dict, int], None]  # on_progress(job, step)
@@ -63,10 +64,7 @@ def find(name: str) -> Any:
   if name not in EXECUTORS:
     raise ValueError(f'--executor: expected one of {sorted(EXECUTORS)}, got {name!r}')
   entry = EXECUTORS[name]
-  if isinstance(entry, str):
-    module, attribute = entry.split(':')
-    return getattr(importlib.import_module(module), attribute)
-  return entry
+  return pkgutil.resolve_name(entry) if isinstance(entry, str) else entry
 
 
 def result_of(job: dict, why: str, status: str = 'failed') -> dict:
@@ -75,9 +73,8 @@ def result_of(job: dict, why: str, status: str = 'failed') -> dict:
   result = run_folder.read_json(pathlib.Path(job['result']))
   if result is not None and result.get('id') == job['id']:
     return result
-  return {'id': job['id'], 'exit': 'killed',
-          'runs': [{'folder': run['folder'], 'status': status, 'reason': why}
-                   for run in job['runs']]}
+  return {'id': job['id'], 'exit': 'killed', 'runs': [
+      {'folder': run['folder'], 'status': status, 'reason': why} for run in job['runs']]}
 
 
 def log(job: dict, text: str) -> None:

@@ -19,24 +19,10 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable
 
 from rnnjax.train import executors
 
 __all__ = ['Local']
-
-
-def _child_setup(cores: tuple[int, ...]) -> Callable[[], None]:
-  """Runs in the child before exec: pin it to ``cores``, and ask Linux to kill it
-  (SIGKILL) when the launcher's thread that started it dies."""
-  parent = os.getpid()
-
-  def setup() -> None:
-    os.sched_setaffinity(0, cores)
-    ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:  # the launcher died before prctl
-      os._exit(1)
-  return setup
 
 
 class Local:
@@ -62,18 +48,23 @@ class Local:
     self.say: executors.Say = print
 
   def _worker(self, cores: tuple[int, ...]) -> subprocess.Popen:
-    """The live worker on ``cores``, started if there is none."""
+    """The live worker on ``cores``, started if there is none (the module docstring)."""
     process = self.workers.get(cores)
     if process is None or process.poll() is not None:
-      paths = [path or os.getcwd() for path in sys.path]
+      parent, paths = os.getpid(), [path or os.getcwd() for path in sys.path]
+
+      def setup() -> None:  # in the child before exec: killed with the thread that started it
+        os.sched_setaffinity(0, cores)
+        ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the launcher died before prctl
+          os._exit(1)
       # bufsize=0: ``_follow`` reads each event line straight from the pipe, so that select()
       # sees every line (a buffered read could hold the job's last event unseen)
-      log = open(self.job_folder / f'worker-{cores[0]}.log', 'ab')
-      process = subprocess.Popen(
-          [sys.executable, '-m', 'rnnjax.train.job'], stdin=subprocess.PIPE, bufsize=0,
-          stdout=subprocess.PIPE, stderr=log, preexec_fn=_child_setup(cores),
-          env=dict(os.environ, PYTHONPATH=os.pathsep.join(paths)))
-      log.close()
+      with open(self.job_folder / f'worker-{cores[0]}.log', 'ab') as log:
+        process = subprocess.Popen(
+            [sys.executable, '-m', 'rnnjax.train.job'], stdin=subprocess.PIPE, bufsize=0,
+            stdout=subprocess.PIPE, stderr=log, preexec_fn=setup,
+            env=dict(os.environ, PYTHONPATH=os.pathsep.join(paths)))
       self.workers[cores] = process
     return process
 
@@ -89,16 +80,14 @@ class Local:
       stdin.flush()
     taken, last, warned, killed, asked = False, time.monotonic(), False, None, False
     while True:
-      now = time.monotonic()
       if self.stopping.is_set() and not asked:  # also a worker started after ``stop``
         asked = True
         with contextlib.suppress(ProcessLookupError):
           process.terminate()
           process.send_signal(signal.SIGCONT)  # a stopped worker, too
-      if self.deadline is not None and now > self.deadline and process.poll() is None:
+      if self.deadline is not None and time.monotonic() > self.deadline and process.poll() is None:
         process.kill()
-        killed = (f'stopped by the launcher {executors.STOP_SECONDS:.0f} s after it was asked '
-                  'to')
+        killed = f'stopped by the launcher {executors.STOP_SECONDS:.0f} s after it was asked to'
       if not select.select([stdout], [], [], 1.0)[0]:
         idle = time.monotonic() - last
         if idle > self.stall_seconds and not warned:
@@ -131,8 +120,7 @@ class Local:
     """Runs one job on its cores' worker; a worker that ends without taking the job (it
     was stopping) gets a successor, which is handed the job once more."""
     if self.stopping.is_set():
-      return executors.result_of(job, 'not started: the sweep was interrupted',
-                                 'interrupted')
+      return executors.result_of(job, 'not started: the sweep was interrupted', 'interrupted')
     cores = self.slots.get()
     try:
       for _ in range(2):

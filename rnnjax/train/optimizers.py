@@ -6,8 +6,8 @@ one ``update`` function, one compiled step and one vmapped group. No clipping is
 clipping at an infinite threshold.
 
 References:
-  Pascanu, Mikolov & Bengio (2013), "On the difficulty of training recurrent neural
-  networks", algorithm 1 (``rnnjax.clipping``).
+  Pascanu, Mikolov & Bengio (2013), "On the difficulty of training recurrent neural networks",
+  algorithm 1 (``rnnjax.clipping``).
 """
 
 import math
@@ -81,10 +81,8 @@ def make_optimizer(name: str, learning_rate: float, clipping: str = 'none',
   def factory(learning_rate: float, clip_threshold: float) -> optax.GradientTransformation:
     clip = (clippers.clip_pascanu(clip_threshold) if chain_family == 'pascanu'
             else clippers.clip(chain_family, clip_threshold))
-    schedule = optax.identity()
-    if decay_every:
-      schedule = optax.scale_by_schedule(optax.exponential_decay(
-          1.0, decay_every, decay, decay_begin, staircase=True))
+    schedule = optax.scale_by_schedule(optax.exponential_decay(
+        1.0, decay_every, decay, decay_begin, staircase=True)) if decay_every else optax.identity()
     return optax.chain(clip, OPTIMIZERS[name](learning_rate), schedule, clippers.measure_updates())
 
   threshold = math.inf if clipping == 'none' else clip_threshold

@@ -28,10 +28,8 @@ from rnnjax.train import checkpoints
 from rnnjax.train import experiment
 from rnnjax.train import run_folder
 
-__all__ = ['RunPlan', 'ACTIONS', 'OVERWRITE', 'plan', 'saved_config', 'differing_keys',
-           'folder_names', 'jobs']
+__all__ = ['RunPlan', 'OVERWRITE', 'plan', 'saved_config', 'differing_keys', 'folder_names', 'jobs']
 
-ACTIONS = ('new', 'resume', 'ended', 'changed', 'refused')
 OVERWRITE = ('none', 'changed', 'all')
 
 
@@ -39,7 +37,7 @@ class RunPlan(NamedTuple):
   """What one run will do."""
   folder: pathlib.Path
   config: ml_collections.ConfigDict
-  action: str  # one of ACTIONS
+  action: str  # 'new', 'resume', 'ended', 'changed' or 'refused' (the module docstring)
   reason: str = ''  # one line: why refused, what changed
   step: int = 0  # the checkpoint step a resumed run starts from
 
@@ -48,16 +46,14 @@ def differing_keys(old: dict, new: dict) -> str:
   """The dotted keys whose values differ between two configs, as 'key (old -> new), ...'."""
   old, new = experiment.flat(old), experiment.flat(new)
   keys = sorted(k for k in old.keys() | new.keys() if old.get(k, ...) != new.get(k, ...))
-  shown = ', '.join(f'{k} ({old.get(k, "absent")!r} -> {new.get(k, "absent")!r})'
-                    for k in keys[:8])
+  shown = ', '.join(f'{k} ({old.get(k, "absent")!r} -> {new.get(k, "absent")!r})' for k in keys[:8])
   return shown + (' ...' if len(keys) > 8 else '')
 
 
 def saved_config(kind: experiment.Experiment, folder: pathlib.Path) -> dict | None:
-  """The config.json of ``folder`` as the experiment reads it now (None: none, or damaged): a
-  field the experiment gained since the run was saved, absent from the file, counts at its
-  default (which is what the run trained with); a file the experiment cannot read any more is
-  returned as it is."""
+  """The config.json of ``folder`` as the experiment reads it now (None: none, or damaged): a field
+  the experiment gained since the run was saved, absent from the file, counts at its default (which
+  is what the run trained with); a file the experiment cannot read any more is returned as it is."""
   saved = run_folder.read_json(pathlib.Path(folder) / run_folder.CONFIG)
   try:
     return None if saved is None else experiment.as_dict(experiment.from_dict(kind, saved))
@@ -86,9 +82,8 @@ def _plan_one(kind: experiment.Experiment, config: ml_collections.ConfigDict,
       return refused(f'workdir: {folder} holds {", ".join(foreign[:4])}'
                      f'{" ..." if len(foreign) > 4 else ""} and no {run_folder.CONFIG}: not a '
                      'run folder, so nothing in it is cleared; give a new or empty folder')
-    leftovers = [name for name in (run_folder.METRICS, run_folder.SUMMARY,
-                                   run_folder.CHECKPOINTS, run_folder.TENSORBOARD)
-                 if name in entries]
+    leftovers = [name for name in (run_folder.METRICS, run_folder.SUMMARY, run_folder.CHECKPOINTS,
+                                   run_folder.TENSORBOARD) if name in entries]
     if leftovers and overwrite != 'all':
       return refused(f'{folder} holds {", ".join(leftovers)} but no readable '
                      f'{run_folder.CONFIG}; pass --overwrite to clear it (a run of a sweep '
@@ -163,13 +158,12 @@ def jobs(kind: experiment.Experiment, plans: Sequence[RunPlan], max_group_size: 
   """The runs to train (new, resume, changed), cut into jobs: lists of indices into
   ``plans``, in the order they start.
 
-  The runs that share a group key and their checkpoint's step are cut into the
-  fewest jobs of at most ``max_group_size`` runs, or with 0 into ``parts`` jobs
-  (fewer where they are fewer runs), so that ``parts`` processes share the work
-  evenly; a group's job sizes differ by at most one. Order: the most work first,
-  except that the first ``parts`` jobs (those that start together) are different
-  programs where there are enough, so that a program compiled by one process is
-  read from JAX's persistent compilation cache by the next that needs it.
+  The runs that share a group key and their checkpoint's step are cut into the fewest jobs of at
+  most ``max_group_size`` runs, or with 0 into ``parts`` jobs (fewer where they are fewer runs), so
+  that ``parts`` processes share the work evenly; a group's job sizes differ by at most one. Order:
+  the most work first, except that the first ``parts`` jobs (those that start together) are
+  different programs where there are enough, so that a program compiled by one process is read from
+  JAX's persistent compilation cache by the next that needs it.
   """
   groups: dict[Any, list[int]] = {}
   for i, run in enumerate(plans):
@@ -182,8 +176,7 @@ def jobs(kind: experiment.Experiment, plans: Sequence[RunPlan], max_group_size: 
     edges = [len(members) * part // count for part in range(count + 1)]
     cut += [((key[0] if max_group_size != 1 else key, end - start), members[start:end])
             for start, end in zip(edges, edges[1:])]
-  cut.sort(key=lambda job: -sum(kind.work(plans[i].config) * plans[i].config.steps
-                                for i in job[1]))
+  cut.sort(key=lambda job: -sum(kind.work(plans[i].config) * plans[i].config.steps for i in job[1]))
   first: list[int] = []
   programs = set()
   for n, (program, _) in enumerate(cut):

@@ -1,16 +1,15 @@
 """The tables and plots of a sweep, from its runs' summaries, with their statistics over seeds.
 
-``results.md`` / ``.csv``: one row per run: its swept values, status, the experiment's
-``report`` fields, the gradient-norm profiles at the first step and of the final params, and
-its seconds. When the seed is swept with other keys, ``results_over_seeds.md`` / ``.csv`` give
-one row per setting (the swept values but the seed): the number of seeds, how many diverged
-and failed, for each yes/no field the count of yes with its 95% Wilson interval, for each
-number the median and interquartile range over the seeds where it is finite, and for each
-budget of a ``rate`` plot the runs whose field is within it. Each Markdown table opens with
-the commit and date of its runs and says what its columns hold. A ratio that underflowed
-(a gradient-norm profile, an experiment's ``positive`` field, exactly 0) prints as a bound,
-``< 1.2e-38`` (the smallest normal number of the run's dtype), never as 0. An experiment's
-``analyses`` write its own tables from the same runs.
+``results.md`` / ``.csv``: one row per run: its swept values, status, the experiment's ``report``
+fields, the gradient-norm profiles at the first step and of the final params, and its seconds. When
+the seed is swept with other keys, ``results_over_seeds.md`` / ``.csv`` give one row per setting
+(the swept values but the seed): the number of seeds, how many diverged and failed, for each yes/no
+field the count of yes with its 95% Wilson interval, for each number the median and interquartile
+range over the seeds where it is finite, and for each budget of a ``rate`` plot the runs whose field
+is within it. Each Markdown table opens with the commit and date of its runs and says what its
+columns hold. A ratio that underflowed (a gradient-norm profile, an experiment's ``positive`` field,
+exactly 0) prints as a bound, ``< 1.2e-38`` (the smallest normal number of the run's dtype), never
+as 0. An experiment's ``analyses`` write its own tables from the same runs.
 
 Plots (an experiment's ``plots``): ``('curve', metric)`` a metrics.jsonl metric against the
 step, one curve a setting (the median over its seeds, the interquartile range shaded);
@@ -21,9 +20,8 @@ across and the other settings down, one picture per ``panels`` value; ``('points
 series_key, panel_key)`` one run's ``y`` against its ``x``, a point a run.
 
 References:
-  Wilson (1927), "Probable inference, the law of succession, and statistical inference",
-  JASA 22 (the interval, ``scipy.stats.binomtest``); Fisher's exact test
-  (``scipy.stats.fisher_exact``).
+  Wilson (1927), "Probable inference, the law of succession, and statistical inference", JASA 22
+  (the interval, ``scipy.stats.binomtest``); Fisher's exact test (``scipy.stats.fisher_exact``).
 """
 
 import csv
@@ -97,10 +95,9 @@ def bound(dtype: str = 'float32') -> str:
 
 def _rows(runs: Sequence[dict], keys: Sequence[str], reported: Sequence[str],
           defaults: dict) -> list[dict]:
-  """One row per run (``write``'s ``runs``): folder, swept values, status, reported fields,
-  the profiles, its seconds (its share of its group's, and its own report's), commit and
-  date, its seed and its other fields that differ from ``defaults`` (flat); NaN where
-  missing."""
+  """One row per run (``write``'s ``runs``): folder, swept values, status, reported fields, the
+  profiles, its seconds (its share of its group's, and its own report's), commit and date, its seed
+  and its other fields that differ from ``defaults`` (flat); NaN where missing."""
   rows = []
   for run in runs:
     summary, timing = run['summary'] or {}, run['timing'] or {}
@@ -143,9 +140,8 @@ def _over_seeds(rows: list[dict], keys: Sequence[str], reported: Sequence[str],
     # .get: a key empty in every row that ended has no column (``_rows``)
     out: dict[str, Any] = {k: members[0].get(k) for k in keys if k != 'seed'}
     ended = [m for m in members if m['status'] in run_folder.ENDED]
-    out['seeds'] = len(members)
-    out['diverged'] = sum(m['status'] == 'diverged' for m in members)
-    out['failed'] = len(members) - len(ended)
+    out.update(seeds=len(members), diverged=sum(m['status'] == 'diverged' for m in members),
+               failed=len(members) - len(ended))
     for name in reported:  # .get: a field no run has a value of has no column
       values = [m.get(name) for m in ended]
       if values and all(isinstance(v, bool) for v in values):
@@ -166,17 +162,16 @@ def _format(value: Any, underflow: str = '') -> str:
   """A table cell: yes/no, '-' for NaN and None, ``underflow`` (a bound) for an exact 0 where given,
   k/n (low-high) for a ``Rate``, median [q1, q3] for a ``Spread`` of several runs, and text
   with the characters that would break a Markdown row (| and line ends) escaped."""
+  if value is None or (isinstance(value, float) and math.isnan(value)) or (
+      isinstance(value, Rate) and not value.trials):
+    return '-'
   if isinstance(value, Rate):
-    if not value.trials:
-      return '-'
     return f'{value.successes}/{value.trials} ({value.low:.2f}-{value.high:.2f})'
   if isinstance(value, Spread):
     median, q1, q3 = (_format(v, underflow) for v in (value.median, value.q1, value.q3))
     return median if value.finite < 2 else f'{median} [{q1}, {q3}]'
   if isinstance(value, bool):
     return 'yes' if value else 'no'
-  if value is None or (isinstance(value, float) and math.isnan(value)):
-    return '-'
   if isinstance(value, float):  # inf prints as inf by .3g
     if value == 0 and underflow:
       return underflow
@@ -230,14 +225,12 @@ def _flat(row: dict) -> dict:
   out: dict[str, Any] = {}
   for column, value in row.items():
     if isinstance(value, Rate):
-      out.update({f'{column} rate': value.successes / value.trials if value.trials else math.nan,
-                  f'{column} yes': value.successes, f'{column} of': value.trials,
-                  f'{column} low': value.low, f'{column} high': value.high})
+      value = {'rate': value.successes / value.trials if value.trials else math.nan,
+               'yes': value.successes, 'of': value.trials, 'low': value.low, 'high': value.high}
     elif isinstance(value, Spread):
-      out.update({f'{column} median': value.median, f'{column} q1': value.q1,
-                  f'{column} q3': value.q3, f'{column} n': value.finite})
-    else:
-      out[column] = value
+      value = dict(zip(('median', 'q1', 'q3', 'n'), value))
+    out.update({f'{column} {part}': v for part, v in value.items()}
+               if isinstance(row[column], (Rate, Spread)) else {column: value})
   return out
 
 
@@ -303,60 +296,57 @@ def _draw(path: pathlib.Path, panels: dict[str, list], xlabel: str, ylabel: str,
   save(figure, path)
 
 
-def _median_band(series: list[list[float]]) -> tuple[list[float], list[float], list[float]]:
-  """Per position, the median and quartiles of the series' finite values (NaN for none)."""
-  statistics = [spread(values) for values in zip(*series)]
-  return ([s.median for s in statistics], [s.q1 for s in statistics], [s.q3 for s in statistics])
+def _median_curve(xs: Sequence[float], series: list[list[float]], style: dict, band: bool,
+                  positive: bool = False) -> list[tuple]:
+  """``_draw``'s curve of the median of ``series`` (each a run's values at ``xs``) with its
+  interquartile range shaded where ``band``, at the xs where the median is a finite positive
+  number where ``positive`` (a log axis); [] for none."""
+  points = [(x, s.median, s.q1, s.q3) for x, s in zip(xs, map(spread, zip(*series)))
+            if not positive or (math.isfinite(s.median) and s.median > 0)]
+  if not points:
+    return []
+  xs, medians, lows, highs = zip(*points)
+  return [(xs, medians, style, *([(lows, highs)] if band else []))]
 
 
 def _plot_profiles(rows: list[dict], keys: Sequence[str], curve_key: str,
                    folder: pathlib.Path) -> None:
-  """||dL/dh_{T-k}|| / ||dL/dh_T|| against k, one curve per value of ``curve_key`` (the
-  median over seeds, their interquartile range shaded), one panel per combination of the
-  other swept values; solid: final params, dashed: the first step."""
+  """The ``('profile', curve_key)`` plot, a panel per setting of the other swept keys (solid:
+  final params, dashed: the first step): ``gradient_profile.png``."""
   panel_keys = [k for k in keys if k not in (curve_key, 'seed')]
   curves = list(dict.fromkeys(row[curve_key] for row in rows))
   panels: dict[str, list] = {}
   for members in _settings(rows, keys):
     values = members[0]
     panel = panels.setdefault(', '.join(f'{k}={values[k]}' for k in panel_keys), [])
-    color = pyplot().get_cmap('viridis')(curves.index(values[curve_key]) /
-                                          max(len(curves) - 1, 1))
-    for when, style in (('final', '-'), ('first', '--')):
+    color = pyplot().get_cmap('viridis')(curves.index(values[curve_key]) / max(len(curves) - 1, 1))
+    for when, dashes in (('final', '-'), ('first', '--')):
       series = [[m.get(f'{when}_profile_k{k}', math.nan) for k in PROFILE_DISTANCES]
                 for m in members if m['status'] in run_folder.ENDED]
-      medians, lows, highs = _median_band(series)
-      points = [(int(k), v, low, high) for k, v, low, high in zip(
-          PROFILE_DISTANCES, medians, lows, highs) if math.isfinite(v) and v > 0]
-      if points:
-        ks, ys, low, high = zip(*points)
-        panel.append((ks, ys, dict(linestyle=style, color=color, marker='o', markersize=3,
-                                   label=f'{curve_key}={values[curve_key]}'
-                                   if when == 'final' else None),
-                      *([(low, high)] if len(members) > 1 else [])))
+      style = dict(linestyle=dashes, color=color, marker='o', markersize=3,
+                   label=f'{curve_key}={values[curve_key]}' if when == 'final' else None)
+      panel += _median_curve(diagnostics.PROFILE_DISTANCES, series, style, len(members) > 1,
+                             positive=True)
   _draw(folder / 'gradient_profile.png', panels, 'distance k (steps)',
-        '||dL/dh_{T-k}|| / ||dL/dh_T||', 'y',
-        'gradient-norm profile (solid: last step, dashed: first step; over seeds: median, '
-        'interquartile range shaded)')
+        '||dL/dh_{T-k}|| / ||dL/dh_T||', 'y', 'gradient-norm profile (solid: last step, dashed: '
+        'first step; over seeds: median, interquartile range shaded)')
 
 
 def _plot_heatmaps(rows: list[dict], keys: Sequence[str], value: str, x: str,
                    panels: Sequence[str], folder: pathlib.Path) -> None:
-  """The seed-averaged ``value``, ``x`` across and the other settings down:
-  ``heatmap_<panel values>.png`` per combination of ``panels``."""
+  """The ``('heatmap', value, x, panels)`` plots: ``heatmap_<panel values>.png``."""
   panels = [k for k in panels if k in keys]
   down = [k for k in keys if k not in (x, 'seed', *panels)]
   for panel in dict.fromkeys(tuple(row[k] for k in panels) for row in rows):
     members = [row for row in rows if tuple(row[k] for k in panels) == panel]
     columns = list(dict.fromkeys(row[x] for row in members))
     labels = list(dict.fromkeys(tuple(row[k] for k in down) for row in members))
-    grid = [[math.nan] * len(columns) for _ in labels]
-    for i, label in enumerate(labels):
-      for j, column in enumerate(columns):
-        cell = [float(row[value]) for row in members
-                if tuple(row[k] for k in down) == label and row[x] == column and
-                row['status'] in run_folder.ENDED and not math.isnan(float(row[value]))]
-        grid[i][j] = sum(cell) / len(cell) if cell else math.nan
+    cells: dict[tuple, list[float]] = {}  # (label, column) -> the finite values of its runs
+    for row in members:
+      if row['status'] in run_folder.ENDED and not math.isnan(float(row[value])):
+        cells.setdefault((tuple(row[k] for k in down), row[x]), []).append(float(row[value]))
+    grid = [[sum(cells[label, column]) / len(cells[label, column]) if (label, column) in cells
+             else math.nan for column in columns] for label in labels]
     name = ','.join(f'{k}={v}' for k, v in zip(panels, panel)) or 'all'
     figure, axis = pyplot().subplots(figsize=(1.2 * len(columns) + 3.5, 0.45 * len(labels) + 1.5))
     image = axis.imshow(grid, vmin=0, vmax=1, cmap='viridis', aspect='auto')
@@ -374,9 +364,8 @@ def _plot_heatmaps(rows: list[dict], keys: Sequence[str], value: str, x: str,
 
 def _plot_rates(aggregated: list[dict], keys: Sequence[str], name: str,
                 budgets: Sequence[float], panel_key: str, folder: pathlib.Path) -> None:
-  """The fraction of runs whose ``name`` is at most each budget, against the budget, with
-  its 95% Wilson interval shaded: one curve per setting, one panel per value of
-  ``panel_key``; ``rate_<name>.png``."""
+  """The ``('rate', name, budgets, panel_key)`` plot, a curve a setting with its 95% Wilson
+  interval shaded: ``rate_<name>.png``."""
   panels: dict[str, list] = {}
   for row in aggregated:
     label = ', '.join(str(row[k]) for k in keys if k != panel_key)
@@ -389,30 +378,22 @@ def _plot_rates(aggregated: list[dict], keys: Sequence[str], name: str,
 
 def _plot_curves(runs: Sequence[dict], keys: Sequence[str], name: str,
                  folder: pathlib.Path) -> None:
-  """The metric ``name`` of the runs' metrics.jsonl against the step, one curve a setting
-  labelled by its swept values (over seeds: the median at each step, the interquartile
-  range shaded); ``curve_<name>.png``."""
+  """The ``('curve', name)`` plot, a curve labelled by its setting: ``curve_<name>.png``."""
   curves = []
   for members in _settings([dict(run['values'], run=run) for run in runs], keys):
-    series = []
-    for member in members:
-      lines = records.read_metrics(folder / member['run']['name'])
-      series.append({line['step']: line[name] for line in lines if name in line})
+    series = [{line['step']: line[name] for line in records.read_metrics(folder / m['run']['name'])
+               if name in line} for m in members]
     steps = sorted({step for values in series for step in values})
-    if steps:
-      medians, lows, highs = _median_band(
-          [[values.get(step, math.nan) for step in steps] for values in series])
-      label = ', '.join(f'{k}={members[0][k]}' for k in keys if k != 'seed')
-      curves.append((steps, medians, dict(label=label),
-                     *([(lows, highs)] if len(members) > 1 else [])))
+    label = ', '.join(f'{k}={members[0][k]}' for k in keys if k != 'seed')
+    curves += _median_curve(steps, [[values.get(step, math.nan) for step in steps]
+                                    for values in series], dict(label=label), len(members) > 1)
   _draw(folder / f'curve_{name}.png', {'': curves}, 'step', name)
 
 
 def _plot_points(rows: list[dict], y: str, x: str, series_key: str, panel_key: str,
                  folder: pathlib.Path) -> None:
-  """``y`` against ``x``, a point a run, one series per value of ``series_key`` and one panel
-  per value of ``panel_key`` (y on a log scale where every y is positive); runs where either
-  is not a finite number are left out. ``points_<y>.png``."""
+  """The ``('points', y, x, series_key, panel_key)`` plot (y on a log scale where every y is
+  positive; a run where either is not a finite number left out): ``points_<y>.png``."""
   panels: dict[str, dict[Any, list]] = {}
   for row in rows:
     try:
@@ -437,9 +418,8 @@ def write(runs: Sequence[dict], keys: Sequence[str], kind: experiment.Experiment
   """Writes the tables (atomically) and plots of a sweep; returns the per-run table.
 
   Args:
-    runs: per run, a dict of its folder's ``name``, ``values`` (its swept values),
-      ``config`` (as config.json holds it), ``summary`` and ``timing`` (None where
-      missing) and ``status``.
+    runs: per run, a dict of its folder's ``name``, ``values`` (its swept values), ``config`` (as
+      config.json holds it), ``summary`` and ``timing`` (None where missing) and ``status``.
     keys: the swept keys, in order.
     kind: the ``Experiment`` (its ``report`` fields and ``plots``).
     folder: the sweep folder.
@@ -466,8 +446,7 @@ def write(runs: Sequence[dict], keys: Sequence[str], kind: experiment.Experiment
   run_folder.write(folder / 'results.csv', _csv(rows))
   aggregated: list[dict] | None = None  # the rows over seeds, where the seed is swept
   if 'seed' in keys and len(keys) > 1:
-    budgets = [(plot[1], budget) for plot in kind.plots if plot[0] == 'rate'
-               for budget in plot[2]]
+    budgets = [(plot[1], budget) for plot in kind.plots if plot[0] == 'rate' for budget in plot[2]]
     aggregated = _over_seeds(rows, keys, kind.report, budgets)
     table(aggregated, '\n\n'.join(filter(None, [
         heading, 'One setting a row, over its seeds: a number is the median [interquartile '

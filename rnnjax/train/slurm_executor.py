@@ -62,8 +62,7 @@ class Slurm:
       with self.executor.batch():
         pending = [(job, self.executor.submit(SlurmJob(job))) for job in jobs]
     for job in jobs[len(pending):]:
-      on_end(job, executors.result_of(job, 'not started: the sweep was interrupted',
-                                      'interrupted'))
+      on_end(job, executors.result_of(job, 'not started: the sweep was interrupted', 'interrupted'))
     deadline = None
     while pending:
       time.sleep(self.poll_seconds)

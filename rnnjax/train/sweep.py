@@ -73,16 +73,13 @@ def run_configs(base: ConfigDict, sweep: list[dict], command_line: Mapping[str, 
 def provenance() -> dict:
   """Where and when runs are measured: the git commit of the working directory (with
   '+changes' when it has uncommitted changes), the date and the host."""
-  try:
-    commit = subprocess.run(['git', 'rev-parse', '--short=12', 'HEAD'], text=True,
-                            capture_output=True, check=True).stdout.strip()
-    changed = subprocess.run(['git', 'status', '--porcelain', '--untracked-files=no'], text=True,
-                             capture_output=True, check=True).stdout.strip()
-    commit += '+changes' if changed else ''
+  try:  # every tag left out: the commit's hash, never a tag's name
+    commit = subprocess.run(['git', 'describe', '--always', '--abbrev=12', '--exclude=*',
+                             '--dirty=+changes'], text=True, capture_output=True,
+                            check=True).stdout.strip()
   except (OSError, subprocess.CalledProcessError):
     commit = 'unknown'
-  return {'commit': commit, 'date': datetime.date.today().isoformat(),
-          'host': socket.gethostname()}
+  return {'commit': commit, 'date': datetime.date.today().isoformat(), 'host': socket.gethostname()}
 
 
 def _value(config: ConfigDict, name: str) -> Any:
@@ -117,8 +114,7 @@ def sweep(kind: experiment.Experiment, configs: list[ConfigDict], overrides: lis
     processes, threads_per_run, stall_seconds, options: ``executors.Settings``.
     verbosity: absl's, of the jobs' logs (``job``'s module docstring): from 1, the INFO
       lines of the libraries too.
-    received: the signals the command received before (SIGINT, SIGTERM); those to come are
-      added.
+    received: the signals the command received before (SIGINT, SIGTERM); those to come are added.
 
   Returns:
     the exit status: 0, 1 when a run failed (each reason printed), 128 + the first signal's
@@ -146,9 +142,8 @@ def sweep(kind: experiment.Experiment, configs: list[ConfigDict], overrides: lis
                  for values, config in zip(overrides, configs)]  # as the configs hold them
     names, modes, plans = _plan(kind, configs, overrides, keys, workdir, overwrite)
     reasons = {i: run.reason for i, run in enumerate(plans) if run.action == 'refused'}
-    job_folder = workdir / '.jobs'
     runners.append(executors.find(executor)(executors.Settings(
-        job_folder, processes, threads_per_run, stall_seconds, options or {})))
+        workdir / '.jobs', processes, threads_per_run, stall_seconds, options or {})))
     if received:
       _print(f'interrupted before any run started; {workdir} is left as it was')
       return 128 + received[0]
@@ -156,18 +151,10 @@ def sweep(kind: experiment.Experiment, configs: list[ConfigDict], overrides: lis
     run_folder.write_json(workdir / run_folder.SWEEP_INDEX, dict(zip(names, overrides)))
     _note(workdir, names, plans)
     groups = planning.jobs(kind, plans, max_group_size, runners[0].parts)
-    where = provenance()
-    jobs = [{'id': str(n), 'experiment': kind.name, 'overwrite': [modes[i] for i in group],
-             'result': str((job_folder / f'{n}.result.json').absolute()),
-             'log': str((job_folder / f'{n}.log').absolute()), 'provenance': where,
-             'verbosity': verbosity, 'runs': [{'folder': str(plans[i].folder.absolute()),
-                       'config': experiment.as_dict(plans[i].config)} for i in group]}
-            for n, group in enumerate(groups)]
     statuses: dict[int, str] = {}  # of the runs that did not end: failed, interrupted
-    _train(runners[0], kind, plans, names, list(zip(jobs, groups)), reasons, statuses,
-           job_folder)
-    table, kept = _tables(kind, plans, overrides, names, keys, statuses, workdir,
-                          command_line)
+    _train(runners[0], kind, plans, names, modes, groups, verbosity, reasons, statuses,
+           workdir / '.jobs')
+    table, kept = _tables(kind, plans, overrides, names, keys, statuses, workdir, command_line)
     _print(table)
     if received:
       _print(f'\ninterrupted: {kept} of {len(plans)} runs have ended and are kept, the others '
@@ -188,9 +175,8 @@ def sweep(kind: experiment.Experiment, configs: list[ConfigDict], overrides: lis
 def _plan(kind: experiment.Experiment, configs: list[ConfigDict], overrides: list[dict],
           keys: list[str], workdir: pathlib.Path, overwrite: bool | Sequence[str]
           ) -> tuple[list[str], list[str], list[planning.RunPlan]]:
-  """Each run's folder name, overwrite mode and plan (``plan.plan``), read-only; SweepError
-  for two runs of the same swept values, a run to overwrite that is not one, or every run
-  refused."""
+  """Each run's folder name, overwrite mode and plan (``plan.plan``), read-only; SweepError for two
+  runs of the same swept values, a run to overwrite that is not one, or every run refused."""
   names = planning.folder_names(overrides, keys)
   if len(set(names)) < len(names):
     twice = next(n for n in names if names.count(n) > 1)
@@ -209,9 +195,8 @@ def _plan(kind: experiment.Experiment, configs: list[ConfigDict], overrides: lis
     if len(distinct) > 1:
       for i, why in reasons.items():
         print(f'failed: {names[i]}: {why}', file=sys.stderr)
-    raise SweepError('every run of the sweep fails its checks'
-                     + (f': {distinct.pop()}' if len(distinct) == 1 else '')
-                     + f'; {workdir} is left as it was')
+    raise SweepError('every run of the sweep fails its checks' + (
+        f': {distinct.pop()}' if len(distinct) == 1 else '') + f'; {workdir} is left as it was')
   return names, modes, plans
 
 
@@ -231,13 +216,20 @@ def _note(workdir: pathlib.Path, names: list[str], plans: list[planning.RunPlan]
 
 
 def _train(runner: executors.Executor, kind: experiment.Experiment,
-           plans: list[planning.RunPlan], names: list[str], jobs: list[tuple[dict, list[int]]],
-           reasons: dict[int, str], statuses: dict[int, str], job_folder: pathlib.Path) -> None:
-  """Runs the jobs (with their runs' indices) on ``runner`` under a progress bar; a run that
-  does not end gets its status (a failed one its reason)."""
+           plans: list[planning.RunPlan], names: list[str], modes: list[str],
+           groups: list[list[int]], verbosity: int, reasons: dict[int, str],
+           statuses: dict[int, str], job_folder: pathlib.Path) -> None:
+  """Runs the jobs (``job``'s JSON objects) of ``groups`` of runs on ``runner`` under a
+  progress bar; a run that does not end gets its status (a failed one its reason)."""
+  where = provenance()
+  jobs = [({'id': str(n), 'experiment': kind.name, 'overwrite': [modes[i] for i in group],
+            'result': str((job_folder / f'{n}.result.json').absolute()),
+            'log': str((job_folder / f'{n}.log').absolute()), 'provenance': where,
+            'verbosity': verbosity, 'runs': [{'folder': str(plans[i].folder.absolute()),
+                      'config': experiment.as_dict(plans[i].config)} for i in group]}, group)
+          for n, group in enumerate(groups)]
   index = {run.folder.absolute(): i for i, run in enumerate(plans)}
-  weights = {job['id']: sum(kind.work(plans[i].config) for i in group)
-             for job, group in jobs}
+  weights = {job['id']: sum(kind.work(plans[i].config) for i in group) for job, group in jobs}
   done = {job['id']: plans[group[0]].step for job, group in jobs}
   total = sum(weights[job['id']] * plans[group[0]].config.steps for job, group in jobs)
 
@@ -287,9 +279,8 @@ def _tables(kind: experiment.Experiment, plans: list[planning.RunPlan],
                                        != experiment.as_dict(run.config)):
       status = 'replaced'  # its folder trained another config since (rnnjax-run --overwrite)
     runs.append({'name': name, 'values': values, 'config': experiment.as_dict(run.config),
-                 'summary': summary if status in run_folder.ENDED else None,
-                 'timing': run_folder.read_json(run.folder / run_folder.TIMING),
-                 'status': status})
+                 'summary': summary if status in run_folder.ENDED else None, 'status': status,
+                 'timing': run_folder.read_json(run.folder / run_folder.TIMING)})
   try:
     table = report.write(runs, keys, kind, workdir, command_line)
   except OSError as error:
