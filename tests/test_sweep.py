@@ -670,6 +670,28 @@ def test_the_last_events_of_a_job_written_at_once_end_it_at_once(tmp_path, monke
   assert said == [] and len(ended) == 1
 
 
+def test_a_jobs_result_comes_with_its_ended_event_which_a_full_disk_cannot_lose(
+    tmp_path, monkeypatch):
+  """A worker on a full disk cannot write its job's result file: the result its 'ended' event
+  carries is the job's, so each run's reason names the full disk, not 'ended without a
+  result'."""
+  result = {'id': '0', 'exit': 'full_disk', 'runs': [
+      {'folder': str(tmp_path / 'run'), 'status': 'failed', 'reason': 'the disk is full'}]}
+  fake = tmp_path / 'worker'
+  fake.write_text('#!/bin/sh\nread job\ncat <<EOF\n{"job": "0", "event": "taken"}\n'
+                  + json.dumps({'job': '0', 'event': 'ended', 'result': result})
+                  + '\nEOF\nread more\n')
+  fake.chmod(0o755)
+  monkeypatch.setattr(sys, 'executable', str(fake))
+  local = executors.find('local')(executors.Settings(tmp_path / 'jobs', 1, 1, 2.0),
+                                  grace_seconds=1.0)
+  ended = []
+  job = {'id': '0', 'result': str(tmp_path / 'jobs' / '0.result.json'),
+         'runs': [{'folder': str(tmp_path / 'run'), 'config': {}}]}
+  local.run([job], lambda job, got: ended.append(got), lambda job, step: None, print)
+  assert ended == [result] and not (tmp_path / 'jobs' / '0.result.json').exists()
+
+
 def test_launcher_flags_out_of_range_are_one_line_before_the_workdir(tmp_path):
   config = write_config(tmp_path, radius=0.5)
   for flag in ('--max_group_size=-3', '--processes=-1', '--threads_per_run=-2',
@@ -689,3 +711,4 @@ def test_launcher_flags_out_of_range_are_one_line_before_the_workdir(tmp_path):
   _, errors = no_slurm.communicate(timeout=300)
   assert no_slurm.returncode == 1 and errors.startswith('error: --executor=slurm: no Slurm here')
   assert errors.count('\n') == 1 and not (tmp_path / 'sweep').exists()
+
