@@ -30,6 +30,7 @@ from jax.experimental import multihost_utils
 import numpy as np
 import orbax.checkpoint as ocp
 
+from rnnjax import checks
 from rnnjax.train import devices
 from rnnjax.train import run_folder
 
@@ -208,9 +209,7 @@ def save(checkpoint_manager: ocp.CheckpointManager, step: int, state: Any) -> bo
     StorageError: the file system refused the write (ENOSPC, EACCES, ...); the steps saved
       before are kept.
   """
-  if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
-    raise ValueError(f'step: expected an int >= 0, got {step!r}')
-  step, record = int(step), _record(state)
+  step, record = checks.integer('step', step, 0), _record(state)
   folder = pathlib.Path(checkpoint_manager.directory).parent
   for later in [s for s in saved_steps(folder) if s >= step]:
     if later == step and record == run_folder.read_json(
