@@ -16,7 +16,7 @@ def key():
   return jax.random.key(0)
 
 
-@pytest.fixture
+@pytest.fixture(scope='session')
 def shared_data_dir():
   """The folder of real corpora ($RNNJAX_DATA_DIR; .ci/run points it at ../shared/data)."""
   import os

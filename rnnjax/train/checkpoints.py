@@ -30,6 +30,7 @@ from jax.experimental import multihost_utils
 import numpy as np
 import orbax.checkpoint as ocp
 
+from rnnjax import checks
 from rnnjax.train import devices
 from rnnjax.train import run_folder
 
@@ -151,15 +152,24 @@ def _draining() -> Iterator[None]:
     asyncio.set_event_loop_policy(policy)
 
 
+class _Rename(ocp.path.atomicity.AtomicRenameTemporaryPath):
+  """orbax's rename of a step or an item, less commit_success.txt (read in commit-file mode)."""
+
+  async def finalize(self, *args: Any, **kwargs: Any) -> None:
+    await super().finalize(*args, **kwargs)
+    (self.get_final() / ocp.path.atomicity.COMMIT_SUCCESS_FILE).unlink(missing_ok=True)
+
+
 def manager(folder: pathlib.Path) -> ocp.CheckpointManager:
   """The run folder's manager for ``save`` (synchronous, the last two steps kept, temporary
-  folders of killed saves removed). Close it when done."""
+  folders of killed saves removed, no 4 KiB commit_success.txt files). Close it when done."""
   return ocp.CheckpointManager(
       (pathlib.Path(folder) / CHECKPOINTS).absolute(),
       item_handlers={'state': ocp.StandardCheckpointHandler(),
                      'checksum': ocp.JsonCheckpointHandler()},
       options=ocp.CheckpointManagerOptions(max_to_keep=2, enable_async_checkpointing=False,
-                                           cleanup_tmp_directories=True))
+                                           cleanup_tmp_directories=True,
+                                           temporary_path_class=_Rename))
 
 
 def saved_steps(folder: pathlib.Path) -> list[int]:
@@ -199,9 +209,7 @@ def save(checkpoint_manager: ocp.CheckpointManager, step: int, state: Any) -> bo
     StorageError: the file system refused the write (ENOSPC, EACCES, ...); the steps saved
       before are kept.
   """
-  if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
-    raise ValueError(f'step: expected an int >= 0, got {step!r}')
-  step, record = int(step), _record(state)
+  step, record = checks.integer('step', step, 0), _record(state)
   folder = pathlib.Path(checkpoint_manager.directory).parent
   for later in [s for s in saved_steps(folder) if s >= step]:
     if later == step and record == run_folder.read_json(

@@ -33,9 +33,8 @@ def read_metrics(folder: pathlib.Path) -> list[dict]:
   """The lines of metrics.jsonl, JSON objects with an int ``step``. A last line cut short
   by a kill is dropped; another line that is not one is skipped with a warning."""
   path = pathlib.Path(folder) / run_folder.METRICS
-  if not path.exists():
-    return []
-  texts = path.read_bytes().decode('utf-8', errors='replace').splitlines()
+  texts = (path.read_bytes().decode('utf-8', errors='replace').splitlines()
+           if path.exists() else [])
   lines = []
   for number, text in enumerate(texts, 1):
     try:

@@ -164,11 +164,9 @@ def clear(folder: pathlib.Path) -> None:
   """Removes everything in a locked folder but its lock and log.txt (links are removed,
   never followed)."""
   for entry in pathlib.Path(folder).iterdir():
-    if entry.name in (LOCK, LOG):
-      continue
     if entry.is_dir() and not entry.is_symlink():
       shutil.rmtree(entry)
-    else:
+    elif entry.name not in (LOCK, LOG):
       entry.unlink()
 
 
