@@ -771,6 +771,7 @@ def test_a_sweep_of_2000_runs_costs_what_20_do_a_run(sweeps_of_one_step_runs):
 @pytest.mark.xfail(strict=True, reason='128 to 152 KiB a run (266 MB): the run files and the '
                    'orbax checkpoint layout that tests pin take 32 or more blocks of 4 KiB')
 def test_a_sweep_of_2000_one_step_runs_takes_under_200_mb(sweeps_of_one_step_runs):
-  """The bound issue 36 sets: 2,000 one-step runs in under 200 MB of disk."""
+  """2,000 one-step runs in under 200 MB of disk: not met yet (the reason above), so this
+  test turns into a failure the day it is."""
   workdir, _ = sweeps_of_one_step_runs[2000]
   assert disk_usage(workdir) < 200e6
