@@ -15,6 +15,7 @@ import json
 import math
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
+from flax import traverse_util
 import ml_collections
 import numpy as np
 
@@ -95,9 +96,8 @@ TRAINER_FIELDS = {
                            'the learning rate times this at each validation check from the '
                            'first that improved by less than plateau_threshold; the next such '
                            "check ends the run (Mikolov's RNNLM: 0.5; 1: off)"),
-    'plateau_threshold': Field(0.003, number(0.0),
-                               'relative improvement of the validation loss that counts '
-                               "(Mikolov's RNNLM: 0.003)"),
+    'plateau_threshold': Field(0.003, number(0.0), 'relative improvement of the validation loss '
+                               "that counts (Mikolov's RNNLM: 0.003)"),
     'log_every': Field(100, integer(1), 'steps between metrics lines'),
     'checkpoint_every': Field(0, integer(0), 'steps between checkpoints (0: only at the end)'),
 }
@@ -194,13 +194,6 @@ def load(name: str) -> Experiment:
   return experiment
 
 
-def _passes(rule: Check, value: Any) -> bool:
-  try:
-    return bool(rule.test(value))
-  except TypeError:  # a value of another type than the check compares
-    return False
-
-
 def check(experiment: Experiment, config: ml_collections.ConfigDict) -> None:
   """Checks every field of ``config`` and the experiment's cross-field rules.
 
@@ -215,7 +208,13 @@ def check(experiment: Experiment, config: ml_collections.ConfigDict) -> None:
     if name not in config:
       raise ValueError(f'config.{name}: missing; is config.experiment the one this config is '
                        'for?')
-    if field.check is not None and not _passes(field.check, config[name]):
+    if field.check is None:
+      continue
+    try:
+      passes = bool(field.check.test(config[name]))
+    except TypeError:  # a value of another type than the check compares
+      passes = False
+    if not passes:
       raise ValueError(f'config.{name}: expected {field.check.expected}, got {config[name]!r}')
   try:  # the optimizer's own rules across its fields (the clip threshold of a clipping)
     optimizers.check(config.optimizer, config.learning_rate, config.clipping, config.clip_threshold)
@@ -305,15 +304,9 @@ def from_dict(experiment: Experiment, values: Mapping[str, Any]) -> ml_collectio
       for k, v in values.items() if k != 'experiment'})
 
 
-def flat(record: Mapping, prefix: str = '') -> dict:
+def flat(record: dict) -> dict:
   """A nested dict (a config.json) as one dict of dotted names: ``{'model.size': 3}``."""
-  out = {}
-  for key, value in record.items():
-    if isinstance(value, Mapping):
-      out.update(flat(value, f'{prefix}{key}.'))
-    else:
-      out[f'{prefix}{key}'] = value
-  return out
+  return traverse_util.flatten_dict(record, sep='.')
 
 
 def group_key(experiment: Experiment, config: ml_collections.ConfigDict) -> tuple:

@@ -1,12 +1,11 @@
 """The run harness: one run (or a vmapped group of runs) of any experiment, start to end.
 
-The order is the rule of the run folder: plan every run (``plan.plan``: its
-config's checks and its folder's state, read-only), then the data and the
-model (``Experiment.task``) and the memory they need, and only then lock the
-folders, plan again under the locks (a plan holds only under the lock that acts on it) and
-write. A run whose report fails after training keeps the error in its summary
-(``report_error``) and ends. Everything else of a run (the loop, checkpoints, metrics,
-TensorBoard) is the trainer's.
+The order is the rule of the run folder: plan every run (``plan.plan``: its config's checks and
+its folder's state, read-only), then the data and the model (``Experiment.task``) and the memory
+they need, and only then lock the folders, plan again under the locks (a plan holds only under
+the lock that acts on it) and write. A run whose report fails after training keeps the error in
+its summary (``report_error``) and ends. Everything else of a run (the loop, checkpoints,
+metrics, TensorBoard) is the trainer's.
 """
 
 import os
@@ -30,9 +29,9 @@ __all__ = ['check_memory', 'run_group']
 
 
 def check_memory(task: trainer.Task, config: ConfigDict, runs: int) -> None:
-  """Checks that a group's training state (params, optimizer state, carry) fits in
-  the device's memory, from its shapes alone (``jax.eval_shape``: nothing is
-  allocated), before any folder is touched.
+  """Checks that a group's training state (params, optimizer state, carry) fits in the device's
+  memory, from its shapes alone (``jax.eval_shape``: nothing is allocated), before any folder is
+  touched.
 
   Raises:
     ValueError: naming the largest array and its shape, with the bytes needed
@@ -89,7 +88,6 @@ def _load(kind: experiment.Experiment, config: ConfigDict, stop_requested: Calla
 def run_group(kind: experiment.Experiment, configs: Sequence[ConfigDict],
               folders: Sequence[pathlib.Path], overwrite: str | Sequence[str] = 'none',
               stop_requested: Callable[[], bool] | None = None, provenance: dict | None = None,
-              programs: trainer.Programs | None = None,
               on_progress: Callable[[int], None] | None = None) -> list[dict]:
   """Trains (or resumes) the runs of a group and writes their summaries.
 
@@ -102,9 +100,7 @@ def run_group(kind: experiment.Experiment, configs: Sequence[ConfigDict],
     on_progress: ``on_progress(step)``: passed to ``trainer.train``, and called again
       once each run's report is written (a measurement's report is its work, and a
       group's reports can outlast an executor's stall watch).
-    provenance: what timing.json records of where the run was measured (commit,
-      date, host).
-    programs: the task's compiled programs, where the caller keeps them.
+    provenance: what timing.json records of where the run was measured (commit, date, host).
 
   Returns:
     R summaries: the trainer's record and the task's report; for a run that
@@ -154,7 +150,7 @@ def run_group(kind: experiment.Experiment, configs: Sequence[ConfigDict],
       multihost_utils.sync_global_devices('rnnjax: run folders ready')
     params, records, seconds = trainer.train(
         task, [configs[i] for i in todo], [plans[i].folder for i in todo], writer,
-        stop_requested, programs, on_progress)
+        stop_requested, on_progress=on_progress)
     seconds['task'] = task_seconds
     for i, run_params, record in zip(todo, params, records):
       begun = time.perf_counter()

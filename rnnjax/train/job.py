@@ -49,6 +49,7 @@ __all__ = ['setup_process', 'keep_freed_memory', 'run_job', 'failure', 'serve',
 COMPILATION_CACHE_VARIABLE = 'RNNJAX_COMPILATION_CACHE'
 LIBRARIES = ('orbax', 'absl', 'jax', 'jaxlib', 'flax', 'tensorstore')
 """The packages whose INFO lines a job's logs leave out (below ``--verbosity=1``)."""
+DISTRIBUTED_VARIABLES = ('RNNJAX_COORDINATOR', 'RNNJAX_NUM_PROCESSES', 'RNNJAX_PROCESS_ID')
 
 
 def _quiet(verbosity: int) -> Callable[[python_logging.LogRecord], bool]:
@@ -57,19 +58,13 @@ def _quiet(verbosity: int) -> Callable[[python_logging.LogRecord], bool]:
   one that carries an error ``failure`` reports in one line (orbax's writer threads log a full
   disk's traceback before the job ends with it)."""
   def keep(record: python_logging.LogRecord) -> bool:
-    if verbosity >= 1:
-      return True
     source = set(pathlib.PurePath(record.pathname).parts[:-1])
     library = record.name.split('.')[0] in LIBRARIES and not (
         record.name == 'absl' and not source & set(LIBRARIES))
-    if not library:
-      return True
     error = record.exc_info[1] if record.exc_info else None
-    if error is not None and failure(error) is not None:
-      return False
-    return record.levelno >= python_logging.WARNING
+    return verbosity >= 1 or not library or (
+        record.levelno >= python_logging.WARNING and (error is None or failure(error) is None))
   return keep
-DISTRIBUTED_VARIABLES = ('RNNJAX_COORDINATOR', 'RNNJAX_NUM_PROCESSES', 'RNNJAX_PROCESS_ID')
 
 
 def keep_freed_memory() -> bool:
@@ -227,7 +222,6 @@ def run_job(job: dict, received: list[int] | None = None,
   try:
     kind = experiment.load(job['experiment'])
     configs = [experiment.from_dict(kind, run['config']) for run in job['runs']]
-    received = received if received is not None else []
     summaries = harness.run_group(kind, configs, folders, job.get('overwrite', 'none'),
                                   lambda: bool(received), job.get('provenance'),
                                   on_progress=on_progress)
@@ -242,12 +236,10 @@ def run_job(job: dict, received: list[int] | None = None,
   finally:
     if handler is not None:
       python_logging.getLogger().removeHandler(handler)
-  runs = []
-  for folder, summary in zip(folders, summaries):
-    status = (summary or {}).get('status') if exit_kind == 'ok' else (
-        'interrupted' if exit_kind == 'interrupted' else 'failed')
-    runs.append({'folder': str(folder), 'status': status or 'failed', 'reason': reason})
-  result = {'id': job.get('id', ''), 'exit': exit_kind, 'runs': runs}
+  failed = 'interrupted' if exit_kind == 'interrupted' else 'failed'  # a run without a summary
+  result = {'id': job.get('id', ''), 'exit': exit_kind, 'runs': [
+      {'folder': str(folder), 'status': (summary or {}).get('status') or failed, 'reason': reason}
+      for folder, summary in zip(folders, summaries)]}
   if job.get('result'):
     with contextlib.suppress(OSError):  # a full disk: the launcher names the exit itself
       run_folder.write_json(pathlib.Path(job['result']), result)

@@ -19,10 +19,6 @@ rate following the validation loss by Mikolov's rule (``plateau``) where ``plate
 The loop's periodic actions are data (``cadences``, ``itstime``). ``task.batch(t)`` is a
 function of t alone and the carry and key are checkpointed, so a run killed at any moment and
 rerun gives the same params, metrics and summary, bit for bit.
-
-Units: a task's loss is in its ``loss_unit`` (default nats, a cross-entropy); for nats the
-metrics and summary also give bits = nats / ln 2, for any other unit (a regression's squared
-error, say) the loss alone, under its unit's name.
 """
 
 import math
@@ -125,14 +121,9 @@ def _accumulate(accumulators: Metrics, spec: dict, quantities: dict) -> Metrics:
 
 def _reduced(accumulators: Metrics, spec: dict, i: int) -> dict[str, float]:
   """Host values of run i's accumulators: 'mean' as sum / count (NaN for no steps)."""
-  out = {}
-  for name, (_, reduction) in spec.items():
-    value = accumulators[name]
-    if reduction == 'mean':
-      out[name] = float(value[0][i]) / float(value[1][i]) if value[1][i] else math.nan
-    else:
-      out[name] = float(value[i])
-  return out
+  mean = lambda total, count: float(total[i]) / float(count[i]) if count[i] else math.nan
+  return {name: mean(*accumulators[name]) if reduction == 'mean' else float(accumulators[name][i])
+          for name, (_, reduction) in spec.items()}
 
 
 def _stack(trees: Sequence[Any]) -> Any:
@@ -151,8 +142,8 @@ def _run(state: TrainState, i: int) -> TrainState:
 
 
 def _all_finite(tree: Any) -> jax.Array:
-  return jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf))
-                            for leaf in jax.tree_util.tree_leaves(tree)] + [jnp.bool_(True)]))
+  return jax.tree_util.tree_reduce(lambda finite, leaf: finite & jnp.all(jnp.isfinite(leaf)),
+                                   tree, jnp.bool_(True))
 
 
 def initial_state(task: Task, configs: Sequence[ConfigDict]) -> TrainState:
@@ -165,10 +156,9 @@ def initial_state(task: Task, configs: Sequence[ConfigDict]) -> TrainState:
     opt_states.append(optimizers.from_config(config).init(params[-1]))
     keys.append(jax.random.key_data(train_key))
   runs = len(configs)
-  carry = jax.tree_util.tree_map(lambda leaf: jnp.stack([jnp.asarray(leaf)] * runs), task.carry)
   return TrainState(
-      _stack(params), _stack(opt_states), carry, jnp.stack(keys), jnp.zeros([], jnp.int32),
-      jnp.zeros((runs,), jnp.int32), jnp.zeros((runs,), bool),
+      _stack(params), _stack(opt_states), _stack([task.carry] * runs), jnp.stack(keys),
+      jnp.zeros([], jnp.int32), jnp.zeros((runs,), jnp.int32), jnp.zeros((runs,), bool),
       jnp.array([c.flossing_weight for c in configs], jnp.float32),
       jnp.full((runs,), jnp.nan, jnp.float32), jnp.zeros((runs,), bool),
       jnp.zeros((runs,), bool), _zeros(LOGGED, runs), _zeros(TOTALS, runs))
@@ -185,7 +175,6 @@ class Programs:
   """
 
   def __init__(self, task: Task, config: ConfigDict):
-    self.task = task
     self.step = jax.jit(_step_function(task, config), donate_argnums=0)
     self.measure = jax.jit(_measure_function(task, config.measure_lyapunov))
     self.executables: dict[tuple, Any] = {}
@@ -239,8 +228,7 @@ def _step_function(task: Task, config: ConfigDict) -> Callable:
     finite = (jnp.isfinite(value) & gradient_finite & _all_finite(new_params) &
               _all_finite(new_carry))
     active = state.stopped == 0
-    keep = lambda new, old: jax.tree_util.tree_map(
-        lambda n, o: jnp.where(finite & active, n, o), new, old)
+    keep = lambda new, old: optax.tree_utils.tree_where(finite & active, new, old)
     stops = active & ~finite & (config.on_divergence == 'stop')
     taken = active & ~stops  # this step counts as taken (applied or skipped)
     quantities = {'loss': (value, taken & finite),
@@ -297,11 +285,6 @@ def host_spectral_radii(weights: np.ndarray) -> np.ndarray:
   if weights.ndim == 1:
     return weights.astype(np.float32)
   return np.array([initializers.host_spectral_radius(w) for w in weights], np.float32)
-
-
-def _in_bits(task: Task, loss: float) -> dict[str, float]:
-  """``{'bits': loss / ln 2}`` for a loss in nats; nothing for a loss of another unit."""
-  return {'bits': loss / math.log(2)} if task.loss_unit == 'nats' else {}
 
 
 def plateau(loss: float, last: float, decaying: bool, threshold: float
@@ -373,12 +356,11 @@ class _Group:
       self.seconds[phase] = self.seconds.get(phase, 0.0) + now - self.mark
     self.mark = now
 
-  def start(self, state: TrainState, folders: Sequence[pathlib.Path] | None
-            ) -> tuple[TrainState, int]:
+  def start(self, state: TrainState) -> tuple[TrainState, int]:
     """The state placed on the devices, restored from the runs' checkpoints where there are
     any, and the step it is at; opens the checkpoints and the writers."""
     resumed = 0
-    if folders is not None:
+    if self.paths:
       self.stores = [checkpoints.manager(folder) for folder in self.paths]
       target = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(
           x.shape, x.dtype, sharding=devices.replicated(self.where)), _run(state, 0))
@@ -410,14 +392,15 @@ class _Group:
 
   def step(self, state: TrainState, step: int, due: dict[str, bool]) -> tuple[TrainState, bool]:
     """Step ``step`` (the module docstring's rule) and the actions ``due`` at it but the
-    checkpoint (measure the params and carry it starts from and log, validate, check solved);
-    returns the state and whether every run has stopped (at most at such an action)."""
+    checkpoint (measure the params and carry it starts from, then ``act``); returns the state
+    and whether every run has stopped (at most at such an action)."""
     batch = devices.place_batch(self.where, self.task.batch(step))
     self.charge('train_steps')
     step_executable = self.programs.compiled('step', state, batch)
     if due['log']:
       self.programs.compiled('measure', state, batch)
     self.charge(None)  # compilation: ``programs.compile_seconds``
+    measured = None
     if due['log']:  # measured on the params and carry this step starts from
       jax.block_until_ready(state)
       self.charge('train_steps')
@@ -429,10 +412,7 @@ class _Group:
     if not (due['log'] or due['solved']):
       return state, False
     self.charge('train_steps')
-    validation = self.validate(state) if due['validate'] else {}
-    state = self.log(state, step, measured, validation) if due['log'] else state
-    state = self.check_solved(state, step) if due['solved'] else state
-    state = self.follow_plateau(state, step, validation) if due['validate'] else state
+    state = self.act(state, step, due, measured)
     all_stopped = self.stopped(state)
     self.charge('metrics')
     return state, all_stopped
@@ -456,17 +436,56 @@ class _Group:
     logging.info('%s%s', f'run {i}: ' if self.runs > 1 else '', line,
                  extra=run_folder.about(self.paths[i] if self.paths else None))
 
-  def log(self, state: TrainState, step: int, measured: tuple, validation: dict[int, float]
+  def act(self, state: TrainState, step: int, due: dict[str, bool], measured: tuple | None
           ) -> TrainState:
-    """Each going run's metrics line (``train``'s docstring); the interval starts anew."""
+    """The actions ``due`` after ``step`` on each going run, in order: validate it, log its
+    line (``train``'s docstring; the interval starts anew), stop it where ``task.solved``
+    says solved, and follow ``plateau`` (its learning rate, decay and stop)."""
+    hyper = dict(state.opt_state.hyperparams)
+    stopped, last, decaying, converged, rate = (np.array(a) for a in devices.to_host((
+        state.stopped, state.validation, state.decaying, state.converged,
+        hyper['learning_rate'])))
+    going = [i for i in range(self.runs) if not stopped[i]]
+    params = unstack(devices.to_host(state.params), self.runs) if (
+        due['validate'] or due['solved']) else []
+    validation: dict[int, float] = {}
+    if due['validate']:
+      assert self.task.validate is not None  # the 'validate' cadence is never due without it
+      validation = {i: float(self.task.validate(self.configs[i], params[i])) for i in going}
+    if measured is not None:
+      self.log(devices.to_host(state.interval), going, step, measured, validation, rate)
+      state = state._replace(interval=jax.tree_util.tree_map(jnp.zeros_like, state.interval))
+    for i in going if due['solved'] else []:
+      assert self.task.solved is not None  # the 'solved' cadence is never due without it
+      if self.task.solved(self.configs[i], params[i]):
+        stopped[i] = step
+        self.say(i, f'solved at step {step}')
+    for i, loss in validation.items():
+      if self.configs[i].plateau_decay < 1:
+        decaying[i], converged[i] = plateau(loss, float(last[i]), bool(decaying[i]),
+                                            self.configs[i].plateau_threshold)
+        if converged[i]:
+          stopped[i] = step
+          self.say(i, f'converged at step {step}')
+        elif decaying[i]:
+          rate[i] *= np.float32(self.configs[i].plateau_decay)
+      last[i] = loss
+    hyper['learning_rate'] = devices.put_like(rate, hyper['learning_rate'])
+    return state._replace(
+        opt_state=state.opt_state._replace(hyperparams=hyper),
+        validation=devices.put_like(last, state.validation),
+        decaying=devices.put_like(decaying, state.decaying),
+        converged=devices.put_like(converged, state.converged),
+        stopped=devices.put_like(stopped, state.stopped))
+
+  def log(self, interval: Metrics, going: list[int], step: int, measured: tuple,
+          validation: dict[int, float], rate: np.ndarray) -> None:
+    """Each going run's metrics line (``train``'s docstring) from the host ``interval``."""
     radius, profile, exponent = measured
-    stopped, interval, rate = devices.to_host((state.stopped, state.interval,
-                                               state.opt_state.hyperparams['learning_rate']))
-    for i in range(self.runs):
-      if stopped[i]:  # stopped in this interval or before: no more lines
-        continue
+    for i in going:
       values = _reduced(interval, LOGGED, i)
-      line = {'step': step, 'loss': values['loss'], **_in_bits(self.task, values['loss']),
+      line = {'step': step, 'loss': values['loss'],
+              **({'bits': values['loss'] / math.log(2)} if self.task.loss_unit == 'nats' else {}),
               **values, 'clipped': bool(values['clipped']), 'skipped': int(values['skipped']),
               'measured_spectral_radius': float(radius[i]), 'profile': _profile(profile[i])}
       if not math.isnan(exponent[i]):
@@ -481,52 +500,6 @@ class _Group:
                f'{self.task.loss_unit}' + (f' ({line["bits"]:.3f} bits)' if 'bits' in line else '')
                + f'  grad norm {line["grad_norm"]:.3g}'
                + (f'  skipped {line["skipped"]}' if line['skipped'] else ''))
-    return state._replace(interval=jax.tree_util.tree_map(jnp.zeros_like, state.interval))
-
-  def check_solved(self, state: TrainState, step: int) -> TrainState:
-    """Stops each going run that ``task.solved`` says is solved."""
-    assert self.task.solved is not None  # the 'solved' cadence is never due without it
-    stopped = np.array(devices.to_host(state.stopped))
-    params = unstack(devices.to_host(state.params), self.runs)
-    newly = [i for i in range(self.runs)
-             if not stopped[i] and self.task.solved(self.configs[i], params[i])]
-    for i in newly:
-      stopped[i] = step
-      self.say(i, f'solved at step {step}')
-    return state._replace(stopped=devices.put_like(stopped, state.stopped)) if newly else state
-
-  def validate(self, state: TrainState) -> dict[int, float]:
-    """The validation loss of each run still going, by its index."""
-    assert self.task.validate is not None  # the 'validate' cadence is never due without it
-    stopped = devices.to_host(state.stopped)
-    params = unstack(devices.to_host(state.params), self.runs)
-    return {i: float(self.task.validate(self.configs[i], params[i])) for i in range(self.runs)
-            if not stopped[i]}
-
-  def follow_plateau(self, state: TrainState, step: int, validation: dict[int, float]
-                     ) -> TrainState:
-    """``plateau`` for each run validated: its learning rate, decay and stop."""
-    hyper = dict(state.opt_state.hyperparams)
-    last, decaying, converged, stopped, rate = (np.array(a) for a in devices.to_host((
-        state.validation, state.decaying, state.converged, state.stopped,
-        hyper['learning_rate'])))
-    for i, loss in validation.items():
-      if self.configs[i].plateau_decay < 1:
-        decaying[i], converged[i] = plateau(loss, float(last[i]), bool(decaying[i]),
-                                            self.configs[i].plateau_threshold)
-        if converged[i]:
-          stopped[i] = step
-          self.say(i, f'converged at step {step}')
-        elif decaying[i]:
-          rate[i] *= np.float32(self.configs[i].plateau_decay)
-      last[i] = loss
-    hyper['learning_rate'] = devices.put_like(rate, state.opt_state.hyperparams['learning_rate'])
-    return state._replace(
-        opt_state=state.opt_state._replace(hyperparams=hyper),
-        validation=devices.put_like(last, state.validation),
-        decaying=devices.put_like(decaying, state.decaying),
-        converged=devices.put_like(converged, state.converged),
-        stopped=devices.put_like(stopped, state.stopped))
 
   def finish(self, state: TrainState, step: int) -> tuple[list, list[dict], dict[str, float]]:
     """``train``'s return value, the final params measured on the batch of ``step``; closes
@@ -582,10 +555,10 @@ def train(task: Task, configs: Sequence[ConfigDict], folders: Sequence[pathlib.P
           ) -> tuple[list, list[dict], dict[str, float]]:
   """Trains a group of runs to ``config.steps``, resuming from their checkpoints.
 
-  Every logged step (``cadences``) appends to each run's metrics.jsonl and TensorBoard
-  events: loss (in the task's ``loss_unit``, mean of the finite steps since the last line),
-  bits (for a loss in nats), grad_norm (pre-clip global norm), max_grad_norm, clipped (this step), clipped_fraction, update_norm, skipped
-  (since the last line), measured_spectral_radius and the gradient-norm profile
+  Every logged step (``cadences``) appends to each run's metrics.jsonl and TensorBoard events: loss
+  (in the task's ``loss_unit``, mean of the finite steps since the last line), bits (for a loss in
+  nats), grad_norm (pre-clip global norm), max_grad_norm, clipped (this step), clipped_fraction,
+  update_norm, skipped (since the last line), measured_spectral_radius and the gradient-norm profile
   {k: ||dL/dh_{T-k}|| / ||dL/dh_T||} of the params and carry the step started from, and at a
   validation the validation_loss and learning_rate. A stopped run gets no more lines.
 
@@ -600,13 +573,13 @@ def train(task: Task, configs: Sequence[ConfigDict], folders: Sequence[pathlib.P
     on_progress: called with the step after every step.
 
   Returns:
-    ``(params, records, seconds)``: R final params (the last finite ones, those saved), R
-    dicts (status 'finished' or 'diverged', steps_done, diverged_step, solved_step, with
-    validations converged_step, validation_loss and final_learning_rate, skipped_steps,
-    clipped_fraction, max_grad_norm, train_loss and loss_unit of the last logged interval (for
-    nats also train_loss_nats and train_loss_bits), first_profile at initialization, final_measured_spectral_radius and
-    final_profile of the saved params on the last batch, and the largest Lyapunov exponent
-    first and final) and the seconds per phase.
+    ``(params, records, seconds)``: R final params (the last finite ones, those saved), R dicts
+    (status 'finished' or 'diverged', steps_done, diverged_step, solved_step, with validations
+    converged_step, validation_loss and final_learning_rate, skipped_steps, clipped_fraction,
+    max_grad_norm, train_loss and loss_unit of the last logged interval (for nats also
+    train_loss_nats and train_loss_bits), first_profile at initialization,
+    final_measured_spectral_radius and final_profile of the saved params on the last batch, and the
+    largest Lyapunov exponent first and final) and the seconds per phase.
 
   Raises:
     Interrupted: when ``stop_requested`` said so (after checkpointing).
@@ -617,7 +590,7 @@ def train(task: Task, configs: Sequence[ConfigDict], folders: Sequence[pathlib.P
   programs = programs or Programs(task, first)
   state = initial_state(task, configs)
   group = _Group(task, configs, folders, writer, programs)
-  state, step = group.start(state, folders)
+  state, step = group.start(state)
   periodic = cadences(task, first)
   all_stopped = bool(step) and group.stopped(state)
   while step < first.steps and not all_stopped:
