@@ -77,6 +77,8 @@ def get_sweep():
 
 @pytest.mark.slow
 def test_a_non_editable_install_sweeps_an_experiment_of_ones_own(tmp_path):
+  # the caller's PYTHONPATH (a checkout) would show pip an rnnjax already there
+  environment = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
   wheels = tmp_path / 'wheels'
   subprocess.run([sys.executable, '-m', 'pip', 'wheel', '-q', '--no-deps', '-w', str(wheels),
                   str(ROOT)], check=True, capture_output=True)
@@ -89,12 +91,12 @@ def test_a_non_editable_install_sweeps_an_experiment_of_ones_own(tmp_path):
   # checkout's editable install stays out), rnnjax itself from the wheel
   pathlib.Path(site, 'dependencies.pth').write_text(sysconfig.get_paths()['purelib'] + '\n')
   subprocess.run([python, '-m', 'pip', 'install', '-q', '--no-deps',
-                  *map(str, wheels.glob('rnnjax-*.whl'))], check=True, capture_output=True)
+                  *map(str, wheels.glob('rnnjax-*.whl'))], check=True, capture_output=True,
+                 env=environment)
   project = tmp_path / 'project'
   project.mkdir()
   (project / 'my_experiment.py').write_text(EXPERIMENT)
   (project / 'my_config.py').write_text(CONFIG)
-  environment = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
   where = subprocess.run([python, '-c', 'import rnnjax; print(rnnjax.__file__)'], cwd=project,
                          capture_output=True, text=True, check=True, env=environment)
   assert where.stdout.startswith(site)  # the installed copy, not the checkout
