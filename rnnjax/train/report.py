@@ -95,9 +95,8 @@ def bound(dtype: str = 'float32') -> str:
 
 def _rows(runs: Sequence[dict], keys: Sequence[str], reported: Sequence[str],
           defaults: dict) -> list[dict]:
-  """One row per run (``write``'s ``runs``): folder, swept values, status, reported fields, the
-  profiles, its seconds (its share of its group's, and its own report's), commit and date, its seed
-  and its other fields that differ from ``defaults`` (flat); NaN where missing."""
+  """One row per run (the module docstring's columns, commit, date, seed and the config fields
+  that differ from ``defaults``); NaN where missing, a column empty in every row dropped."""
   rows = []
   for run in runs:
     summary, timing = run['summary'] or {}, run['timing'] or {}
@@ -131,9 +130,8 @@ def _settings(rows: Sequence[dict], keys: Sequence[str]) -> list[list[dict]]:
 
 def _over_seeds(rows: list[dict], keys: Sequence[str], reported: Sequence[str],
                 budgets: Sequence[tuple[str, float]]) -> list[dict]:
-  """One row per combination of the swept keys but the seed (the module docstring): a
-  ``Rate`` for each yes/no field and each ``(field, budget)``, a ``Spread`` for each number
-  and each profile distance, over the seeds that ended."""
+  """One row per setting (the module docstring): a ``Rate`` of each yes/no field and budget, a
+  ``Spread`` of each number and profile distance."""
   profiles = [c for c in dict.fromkeys(c for row in rows for c in row) if '_profile_k' in c]
   aggregated = []
   for members in _settings(rows, keys):
@@ -159,9 +157,8 @@ def _over_seeds(rows: list[dict], keys: Sequence[str], reported: Sequence[str],
 
 
 def _format(value: Any, underflow: str = '') -> str:
-  """A table cell: yes/no, '-' for NaN and None, ``underflow`` (a bound) for an exact 0 where given,
-  k/n (low-high) for a ``Rate``, median [q1, q3] for a ``Spread`` of several runs, and text
-  with the characters that would break a Markdown row (| and line ends) escaped."""
+  """A table cell: '-' for none, ``underflow`` for an exact 0 where given, k/n (low-high), median
+  [q1, q3] (of several runs), yes/no, text with | and line ends escaped."""
   if value is None or (isinstance(value, float) and math.isnan(value)) or (
       isinstance(value, Rate) and not value.trials):
     return '-'
@@ -220,8 +217,7 @@ def _markdown(rows: list[dict], heading: str, positive: Sequence[str] = ()) -> s
 
 
 def _flat(row: dict) -> dict:
-  """A row as CSV columns: a ``Rate`` as '<name> rate', 'yes', 'of', 'low', 'high', a
-  ``Spread`` as '<name> median', 'q1', 'q3', 'n'."""
+  """A row as CSV columns: '<name> rate|yes|of|low|high' of a Rate, 'median|q1|q3|n' of a Spread."""
   out: dict[str, Any] = {}
   for column, value in row.items():
     if isinstance(value, Rate):
@@ -273,9 +269,8 @@ def pyplot() -> Any:
 
 def _draw(path: pathlib.Path, panels: dict[str, list], xlabel: str, ylabel: str,
           log: str = '', title: str = '') -> None:
-  """One row of panels sharing y: ``panels`` maps a panel's title to its curves
-  ``(xs, ys, matplotlib style)`` or ``(xs, ys, style, (lows, highs))``, a band shaded
-  around the curve; ``log``: the axes ('x', 'y') on a log scale."""
+  """One row of panels sharing y: a title -> curves ``(xs, ys, style[, (lows, highs)])``, the band
+  shaded; ``log``: the axes ('x', 'y') on a log scale."""
   figure, axes = pyplot().subplots(1, len(panels), figsize=(4.5 * len(panels) + 1.5, 4.0),
                                     squeeze=False, sharey=True)
   for axis, (name, curves) in zip(axes[0], panels.items()):
@@ -298,9 +293,8 @@ def _draw(path: pathlib.Path, panels: dict[str, list], xlabel: str, ylabel: str,
 
 def _median_curve(xs: Sequence[float], series: list[list[float]], style: dict, band: bool,
                   positive: bool = False) -> list[tuple]:
-  """``_draw``'s curve of the median of ``series`` (each a run's values at ``xs``) with its
-  interquartile range shaded where ``band``, at the xs where the median is a finite positive
-  number where ``positive`` (a log axis); [] for none."""
+  """``_draw``'s curve of the median of ``series`` (runs' values at ``xs``), its IQR the band, only
+  at finite positive medians where ``positive`` (a log axis); [] for none."""
   points = [(x, s.median, s.q1, s.q3) for x, s in zip(xs, map(spread, zip(*series)))
             if not positive or (math.isfinite(s.median) and s.median > 0)]
   if not points:
