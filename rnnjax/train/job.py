@@ -53,10 +53,8 @@ DISTRIBUTED_VARIABLES = ('RNNJAX_COORDINATOR', 'RNNJAX_NUM_PROCESSES', 'RNNJAX_P
 
 
 def _quiet(verbosity: int) -> Callable[[python_logging.LogRecord], bool]:
-  """A logging filter where ``verbosity`` < 1: False for a record of one of ``LIBRARIES`` (by
-  its logger's name, or by its source file for absl.logging's records) below WARNING, and for
-  one that carries an error ``failure`` reports in one line (orbax's writer threads log a full
-  disk's traceback before the job ends with it)."""
+  """A logging filter below ``verbosity`` 1: drops ``LIBRARIES``' records (absl's by their source
+  file) below WARNING, and those of an error ``failure`` names in one line (a full disk's)."""
   def keep(record: python_logging.LogRecord) -> bool:
     source = set(pathlib.PurePath(record.pathname).parts[:-1])
     library = record.name.split('.')[0] in LIBRARIES and not (
@@ -85,13 +83,8 @@ def keep_freed_memory() -> bool:
 
 
 def _initialize_distributed() -> None:
-  """Joins ``jax.distributed`` where this process is one of several: ``$RNNJAX_COORDINATOR``
-  (host:port of process 0), ``$RNNJAX_NUM_PROCESSES`` and ``$RNNJAX_PROCESS_ID``, or a Slurm
-  step of several tasks (JAX reads its variables). CPU devices talk through gloo.
-
-  Raises:
-    ValueError: for an incomplete or malformed set of the variables above.
-  """
+  """Joins ``jax.distributed`` (gloo) as one of several processes: ``DISTRIBUTED_VARIABLES``
+  (coordinator host:port, count, index) or a Slurm step's tasks; ValueError for a bad set."""
   given = {name: os.environ.get(name, '') for name in DISTRIBUTED_VARIABLES}
   step_tasks = os.environ.get('SLURM_STEP_NUM_TASKS', '1')
   if not any(given.values()) and not (step_tasks.isdigit() and int(step_tasks) > 1):
@@ -179,9 +172,8 @@ def failure(error: BaseException) -> tuple[str, str] | None:
 
 
 class _Logs(python_logging.Handler):
-  """Appends a job's log records to files: one about a run (``run_folder.about``) to that
-  run's log.txt, made by the harness once its checks and data have passed; the others, the
-  group's, once to the job's log (``job['log']``), which each run's log names."""
+  """Appends a job's log records: one about a run (``run_folder.about``) to that run's log.txt,
+  the others once to the job's log (``job['log']``), which each run's log names."""
 
   def __init__(self, job_log: str | None, verbosity: int):
     super().__init__()
