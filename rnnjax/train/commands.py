@@ -59,21 +59,20 @@ def _fail(line: str) -> NoReturn:
   sys.exit(1)
 
 
-def _config_path(argv: list[str], options: Options) -> str:
-  """The config file the command line names: the last ``--config=FILE`` or
-  ``--config FILE`` (one dash too), as absl takes it."""
-  path = None
-  for i, arg in enumerate(argv[1:], 1):
-    match = re.fullmatch(r'--?config(=(.*))?', arg)
-    if match and match.group(1):
-      path = match.group(2)
-    elif match and i + 1 < len(argv):
-      path = argv[i + 1]
+def _config_path(argv: list[str], options: Options) -> tuple[str, list[str]]:
+  """The config file the command line names (absl's ``--config``) and the other arguments."""
+  named = flags.FlagValues()
+  flags.DEFINE_string('config', None, 'the config file', flag_values=named)
+  try:
+    rest = named(argv, known_only=True)
+  except flags.Error:  # --config without a value
+    rest = argv
+  path = named['config'].value
   if path is None and any(arg in HELP for arg in argv[1:]):
     _help(None, options)
   if path is None:
     _fail('--config: expected a config file (--config=path/to/config.py)')
-  return path
+  return path, rest
 
 
 def _help(fields: str | None, options: Options) -> NoReturn:
@@ -104,7 +103,7 @@ def _load(argv: list[str], sweep: bool, options: Options | None = None
     line's fields set, a sweep's runs (``_runs``) and the file's path.
   """
   options = options or {}
-  path = _config_path(argv, options)
+  path, rest = _config_path(argv, options)
   spec = importlib.util.spec_from_file_location(pathlib.Path(path).stem, path)
   if spec is None or spec.loader is None or not pathlib.Path(path).is_file():
     _fail(f'--config: no config file at {path!r}')
@@ -140,8 +139,6 @@ def _load(argv: list[str], sweep: bool, options: Options | None = None
       except ValueError as error:
         _fail(f'--{flag}.{name}: {where} has no field {str(error).split("no field ", 1)[1]}')
       overrides.append((flag, name, value, holder[key]))
-  rest = [arg for i, arg in enumerate(argv) if not (
-      re.fullmatch(r'--?config(=.*)?', arg) or (i > 0 and re.fullmatch(r'--?config', argv[i - 1])))]
   config_flags.DEFINE_config_dict('config', base, "The config file's get_config(); override a "
                                   'field with --config.NAME=VALUE.', lock_config=True,
                                   sys_argv=rest)
