@@ -1,16 +1,15 @@
 """A sweep: every run of a config's ``get_sweep()``, planned, trained in jobs, tabulated.
 
-Each run gets the folder ``<workdir>/<swept values>`` (``plan.folder_names``; ``runs.json``
-maps folder names to swept values). The runs are planned once (``plan.plan`` with overwrite
-'changed', or 'all' for the runs to overwrite): a run that ended with the same config is kept,
-one whose config changed trains again, one that did not end resumes, one that fails its checks
-fails before anything runs. Runs that differ only in values that change no program train as
-one vmapped group, cut into jobs for the executor (``executors``, found by name). One launcher
-per sweep folder (``<workdir>/.lock``). At the end the sweep writes the tables of what the run
-folders hold (``report.write``; a run whose folder has since trained another config is
-'replaced'), prints them and names each failed run's reason. From its first line to its last a
-signal (Ctrl-C, SIGTERM) stops it: no job starts after it, the running ones checkpoint, the
-tables of what ended are written, and it exits 128 + the signal's number.
+Each run gets the folder ``<workdir>/<swept values>`` (``plan.folder_names``; ``runs.json`` maps
+folder names to swept values). The runs are planned once (``plan.plan``, overwrite 'changed', or
+'all' for the runs to overwrite): a run that ended with the same config is kept, one whose config
+changed trains again, one that did not end resumes, one that fails its checks fails before
+anything runs. Runs that differ only in values that change no program train as one vmapped group,
+cut into jobs for the executor (``executors``). One launcher per sweep folder (its ``.lock``). At
+the end the sweep writes the tables of what the run folders hold (``report.write``; a run whose
+folder has since trained another config is 'replaced'), prints them and each failed run's reason.
+A signal (Ctrl-C, SIGTERM) at any moment stops it: no job starts after it, the running ones
+checkpoint, the tables of what ended are written, and it exits 128 + the signal's number.
 """
 
 import datetime
@@ -47,9 +46,8 @@ def swept_keys(sweep: list[dict]) -> list[str]:
 
 def run_configs(base: ConfigDict, sweep: list[dict], command_line: Mapping[str, Any],
                 config_path: str = 'the config') -> list[ConfigDict]:
-  """The config of every run: ``base`` (with the command line's fields set) and the run's
-  overrides, but for the fields the command line sets, which replace the values
-  ``get_sweep()`` gives every run alike.
+  """Each run's config: ``base`` (the command line's fields set) with the run's overrides but
+  those the command line sets (it replaces the values ``get_sweep()`` gives every run alike).
 
   Raises:
     SweepError: for a command-line field that ``get_sweep()`` varies (or one inside
