@@ -13,6 +13,7 @@ import pkgutil
 import time
 from typing import Any, Callable, ClassVar, Mapping, NamedTuple, Protocol
 
+from rnnjax import checks
 from rnnjax.train import run_folder
 
 __all__ = ['Settings', 'Executor', 'EXECUTORS', 'STOP_SECONDS', 'find', 'result_of', 'log',
@@ -61,9 +62,7 @@ EXECUTORS: dict[str, str | Callable[[Settings], Executor]] = {  # name -> 'modul
 
 def find(name: str) -> Any:
   """The executor class registered as ``name`` (ValueError naming --executor for none)."""
-  if name not in EXECUTORS:
-    raise ValueError(f'--executor: expected one of {sorted(EXECUTORS)}, got {name!r}')
-  entry = EXECUTORS[name]
+  entry = EXECUTORS[checks.one_of('--executor', name, sorted(EXECUTORS))]
   return pkgutil.resolve_name(entry) if isinstance(entry, str) else entry
 
 
