@@ -25,13 +25,12 @@ status 0, 1 when a run failed (each reason printed), 128 + the signal's number w
 one (130 at Ctrl-C).
 """
 
-import importlib.util
 import math
 import os
 import pathlib
 import re
+import runpy
 import sys
-import types
 from typing import Any, NoReturn
 
 from absl import flags
@@ -87,12 +86,6 @@ def _help(fields: str | None, options: Options) -> NoReturn:
   sys.exit(0)
 
 
-def _kind(default: Any) -> str:
-  """Words for the type of a field's default, completing 'expected ...'."""
-  return {bool: 'true or false', int: 'an int', float: 'a number', str: 'a string'}.get(
-      type(default), f'a {type(default).__name__}')
-
-
 def _load(argv: list[str], sweep: bool, options: Options | None = None
           ) -> tuple[experiment.Experiment, ml_collections.ConfigDict, list[dict], str]:
   """Loads the config file once; defines the flags around its config and the executors'
@@ -104,15 +97,13 @@ def _load(argv: list[str], sweep: bool, options: Options | None = None
   """
   options = options or {}
   path, rest = _config_path(argv, options)
-  spec = importlib.util.spec_from_file_location(pathlib.Path(path).stem, path)
-  if spec is None or spec.loader is None or not pathlib.Path(path).is_file():
+  if not (path.endswith('.py') and pathlib.Path(path).is_file()):
     _fail(f'--config: no config file at {path!r}')
-  module = importlib.util.module_from_spec(spec)
   sys.path.insert(0, os.getcwd())  # as `python -m` does: the user's modules import
-  spec.loader.exec_module(module)
-  if not hasattr(module, 'get_config') or (sweep and not hasattr(module, 'get_sweep')):
+  module = runpy.run_path(path)
+  if 'get_config' not in module or (sweep and 'get_sweep' not in module):
     _fail(f'--config: {path} defines no {"get_sweep()" if sweep else "get_config()"}')
-  base = module.get_config()
+  base = module['get_config']()
   if not isinstance(base, ml_collections.ConfigDict):
     _fail(f'--config: get_config() in {path} returned a {type(base).__name__}; expected an '
           'ml_collections.ConfigDict (EXPERIMENT.config(...))')
@@ -120,7 +111,7 @@ def _load(argv: list[str], sweep: bool, options: Options | None = None
     kind = experiment.load(base.get('experiment'))
   except ValueError as error:
     _fail(str(error))
-  runs = _runs(module, path) if sweep else []
+  runs = _runs(module['get_sweep'](), path) if sweep else []
   if any(arg in HELP for arg in argv[1:]):
     swept = ', '.join(dict.fromkeys(name for run in runs for name in run))
     _help(f'\nFields of {path} (--config.NAME=VALUE), as its get_config() sets them'
@@ -153,15 +144,16 @@ def _load(argv: list[str], sweep: bool, options: Options | None = None
         try:
           FLAGS[f'{flag}.{name}'].parser.parse(value)
         except (ValueError, TypeError):
-          _fail(f'--{flag}.{name}: expected {_kind(default)} (the type of its value '
-                f'{default!r}), got {value!r}')
+          words = {bool: 'true or false', int: 'an int', float: 'a number', str: 'a string'}.get(
+              type(default), f'a {type(default).__name__}')
+          _fail(f'--{flag}.{name}: expected {words} (the type of its value {default!r}), got '
+                f'{value!r}')
     _fail(' '.join(str(error).replace('\\n', ' ').split()))
   return kind, FLAGS.config, runs, path
 
 
-def _runs(module: types.ModuleType, path: str) -> list[dict]:
-  """The config file's ``get_sweep()``: a list of dicts of field values, one a run."""
-  runs = module.get_sweep()
+def _runs(runs: Any, path: str) -> list[dict]:
+  """The config file's ``get_sweep()``, checked: a list of dicts of field values, one a run."""
   if isinstance(runs, list) and runs and all(isinstance(run, dict) for run in runs):
     return runs
   odd = [run for run in runs if not isinstance(run, dict)] if isinstance(runs, list) else []
