@@ -193,8 +193,7 @@ class Programs:
 
 
 def _step_function(task: Task, config: ConfigDict) -> Callable:
-  """The group step ``step(state, batch) -> state`` of ``task.loss`` with the optimizer,
-  divergence rule and flossing of ``config``."""
+  """The group step of ``task.loss`` with ``config``'s optimizer, divergence rule and flossing."""
   update = optimizers.from_config(config).update
   judge_by_update = optimizers.handles_non_finite(config.clipping)
   flossing_steps, probe_fn = config.flossing_steps, task.probe
@@ -254,9 +253,8 @@ def _step_function(task: Task, config: ConfigDict) -> Callable:
 
 
 def _measure_function(task: Task, measure_lyapunov: bool) -> Callable:
-  """``measure(state, batch)`` (see ``Programs``). The spectral radius is solved on the
-  host from the weights (``host_spectral_radii``): a ``jax.pure_callback`` inside the
-  program deadlocks it over several CPU devices."""
+  """``Programs.measure``; the spectral radius is solved on the host (``host_spectral_radii``):
+  a ``jax.pure_callback`` inside the program deadlocks it over several CPU devices."""
   distances = diagnostics.PROFILE_DISTANCES
   nan = jnp.float32(jnp.nan)
 
@@ -278,17 +276,15 @@ def _measure_function(task: Task, measure_lyapunov: bool) -> Callable:
 
 
 def host_spectral_radii(weights: np.ndarray) -> np.ndarray:
-  """``<float32>[R]``: rho of each ``[H, H]`` of ``weights`` (host values, ``[R, H, H]``),
-  NaN for one with a NaN or an infinity; ``weights`` of shape ``[R]`` (no recurrent
-  weight) come back as they are."""
+  """``<float32>[R]``: rho of each ``[H, H]`` of host ``weights [R, H, H]``, NaN for one not
+  finite; ``weights`` of shape ``[R]`` (no recurrent weight) come back as they are."""
   weights = np.asarray(weights)
   if weights.ndim == 1:
     return weights.astype(np.float32)
   return np.array([initializers.host_spectral_radius(w) for w in weights], np.float32)
 
 
-def plateau(loss: float, last: float, decaying: bool, threshold: float
-            ) -> tuple[bool, bool]:
+def plateau(loss: float, last: float, decaying: bool, threshold: float) -> tuple[bool, bool]:
   """Mikolov's learning-rate rule at one validation check: ``(decaying, converged)`` after a
   check whose validation loss is ``loss`` where the last was ``last`` (NaN: none yet).
 
@@ -300,8 +296,7 @@ def plateau(loss: float, last: float, decaying: bool, threshold: float
     Mikolov (2012), "Statistical language models based on neural networks", PhD thesis,
     section 3.3 (the RNNLM toolkit's min_improvement, 1.003, and alpha_divide).
   """
-  enough = math.isnan(last) or (math.isfinite(loss) and loss * (1.0 + threshold) < last)
-  if enough:
+  if math.isnan(last) or (math.isfinite(loss) and loss * (1.0 + threshold) < last):
     return decaying, False
   return True, decaying
 
@@ -319,8 +314,7 @@ class Cadence(NamedTuple):
 
 
 def itstime(cadence: Cadence, step: int, steps: int) -> bool:
-  """Whether ``cadence``'s action is due at ``step`` (1 to ``steps``), as big_vision's
-  ``itstime``."""
+  """Whether ``cadence``'s action is due at ``step`` (1 to ``steps``), as big_vision's itstime."""
   return bool((cadence.every and step % cadence.every == 0) or (cadence.first and step == 1)
               or (cadence.last and step == steps))
 
@@ -391,9 +385,8 @@ class _Group:
     return bool(np.all(devices.to_host(state.stopped)))
 
   def step(self, state: TrainState, step: int, due: dict[str, bool]) -> tuple[TrainState, bool]:
-    """Step ``step`` (the module docstring's rule) and the actions ``due`` at it but the
-    checkpoint (measure the params and carry it starts from, then ``act``); returns the state
-    and whether every run has stopped (at most at such an action)."""
+    """Step ``step`` and the actions ``due`` at it but the checkpoint (measure the params and
+    carry it starts from, then ``act``); returns the state and whether every run has stopped."""
     batch = devices.place_batch(self.where, self.task.batch(step))
     self.charge('train_steps')
     step_executable = self.programs.compiled('step', state, batch)
@@ -506,11 +499,8 @@ class _Group:
     the checkpoints and the writers."""
     jax.block_until_ready(state)
     self.charge('train_steps')
-    final = (np.full((self.runs,), np.nan, np.float32),
-             np.full((self.runs, len(diagnostics.PROFILE_DISTANCES)), np.nan, np.float32),
-             np.full((self.runs,), np.nan, np.float32))
-    if self.task.probe or self.task.recurrent_weight:  # the saved params, measured
-      final = self.measure(state, devices.place_batch(self.where, self.task.batch(max(step, 1))))
+    # the saved params, measured (NaN where the task has neither probe nor recurrent weight)
+    final = self.measure(state, devices.place_batch(self.where, self.task.batch(max(step, 1))))
     self.charge('metrics')
     self.seconds['compile'] = self.programs.compile_seconds - self.compiled_before
     for closable in self.stores + self.boards:
@@ -532,8 +522,7 @@ class _Group:
               'final_learning_rate': float(host.opt_state.hyperparams['learning_rate'][i])}
              if validated else {}),
           'skipped_steps': int(totals['skipped_steps']),
-          'clipped_fraction': (0.0 if math.isnan(totals['clipped_fraction'])
-                               else totals['clipped_fraction']),
+          'clipped_fraction': float(np.nan_to_num(totals['clipped_fraction'])),  # no step: 0
           'max_grad_norm': totals['max_grad_norm'],
           'train_loss': last.get('loss', math.nan), 'loss_unit': self.task.loss_unit,
           **({'train_loss_nats': last.get('loss', math.nan),
