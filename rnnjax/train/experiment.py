@@ -122,15 +122,12 @@ class Experiment:
     vmappable: its fields that change no program (with ``TRAINER_VMAPPABLE``).
     plots: as ``report.write`` draws them.
     work: a step's relative cost, for a sweep's progress and order.
-    positive: its report fields that are positive ratios, whose exact 0 is an underflow
-      (a table prints it as a bound).
-    analyses: ``analysis(runs, keys, folder, heading)`` of a sweep's runs (as
-      ``report.write`` takes them), each writing its own tables and plots into the sweep
-      folder (``run_folder.write``) after the sweep's.
+    positive: its report fields that are positive ratios (an exact 0 underflowed: a bound).
+    analyses: ``analysis(runs, keys, folder, heading)`` of a sweep's runs (``report.write``'s
+      arguments), each writing its own tables and plots into the sweep folder after the sweep's.
 
   Raises:
-    ValueError: a field or report field named as one of the columns the harness writes
-      beside them (``HARNESS_COLUMNS``).
+    ValueError: a field or report field named as a column the harness writes (``HARNESS_COLUMNS``).
   """
   name: str
   task: Callable[[ml_collections.ConfigDict], Any]
@@ -160,12 +157,12 @@ class Experiment:
       config[name] = copy.deepcopy(field.default)
     return override(config, values)
 
-  def help(self, config: ml_collections.ConfigDict | None = None) -> str:
-    """The fields, their values in ``config`` (None: the defaults) and their help, one a line;
-    a value that differs from the default names the default."""
+  def help(self, config: ml_collections.ConfigDict) -> str:
+    """The fields, their values in ``config`` and their help, one a line (and the default of a
+    value that differs from it)."""
     lines = []
     for name, field in self.all_fields().items():
-      value = field.default if config is None else config.get(name, field.default)
+      value = config.get(name, field.default)
       notes = [field.help] * bool(field.help) + [f'default {field.default!r}'] * (
           value != field.default)
       lines.append(f'  {name} = {value!r}' + (f'  # {"; ".join(notes)}' if notes else ''))
