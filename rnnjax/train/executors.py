@@ -43,10 +43,8 @@ class Executor(Protocol):
   def __init__(self, settings: Settings) -> None: ...
 
   def run(self, jobs: list[dict], on_end: OnEnd, on_progress: OnProgress, say: Say) -> None:
-    """Runs every job and returns once each has ended, calling ``on_end(job, result)`` once
-    a job (``result_of``: its result file, or why a job lost, killed or never started has
-    none), ``on_progress(job, step)`` as a job trains where the executor hears of it, and
-    ``say(line)`` for a warning."""
+    """Runs every job, calling ``on_end(job, result)`` once a job (``result_of``),
+    ``on_progress(job, step)`` as it trains (where heard of) and ``say(line)`` for a warning."""
 
   def stop(self) -> None:
     """Safe in a signal handler: no job starts after it, the running ones are asked to
@@ -67,8 +65,7 @@ def find(name: str) -> Any:
 
 
 def result_of(job: dict, why: str, status: str = 'failed') -> dict:
-  """The job's result file, or (none there, or another job's: the job was lost, killed or
-  never started) a result whose runs have ``status`` for ``why``."""
+  """The job's result file, or (a job lost, killed, never started) its runs' ``status``, ``why``."""
   result = run_folder.read_json(pathlib.Path(job['result']))
   if result is not None and result.get('id') == job['id']:
     return result
