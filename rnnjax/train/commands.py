@@ -75,8 +75,7 @@ def _config_path(argv: list[str], options: Options) -> tuple[str, list[str]]:
 
 
 def _help(fields: str | None, options: Options) -> NoReturn:
-  """Prints the command's use, its flags, the executors' ``options`` and ``fields`` (a
-  config's), and exits 0."""
+  """Prints the command's use, its flags, the executors' options and ``fields``; exits 0."""
   print(__doc__.replace('``', ''))
   print(FLAGS.module_help(__name__))
   for name, fields_of in options.items():
@@ -88,13 +87,7 @@ def _help(fields: str | None, options: Options) -> NoReturn:
 
 def _load(argv: list[str], sweep: bool, options: Options | None = None
           ) -> tuple[experiment.Experiment, ml_collections.ConfigDict, list[dict], str]:
-  """Loads the config file once; defines the flags around its config and the executors'
-  ``options`` (a sweep's); parses ``argv``.
-
-  Returns:
-    ``(kind, config, runs, path)``: the config file's experiment, its config with the command
-    line's fields set, a sweep's runs (``_runs``) and the file's path.
-  """
+  """Loads the config file once, defines its flags, parses ``argv``: (kind, config, runs, path)."""
   options = options or {}
   path, rest = _config_path(argv, options)
   if not (path.endswith('.py') and pathlib.Path(path).is_file()):

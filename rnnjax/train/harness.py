@@ -60,8 +60,7 @@ def _plans(kind: experiment.Experiment, configs: Sequence[ConfigDict],
 
 def _load(kind: experiment.Experiment, config: ConfigDict, stop_requested: Callable[[], bool]
           ) -> trainer.Task:
-  """``kind.task(config)`` in a thread, so that a stop request while the data loads (from a server
-  that never answers, say) ends the job at once."""
+  """``kind.task(config)`` in a thread: a stop request ends a job whose data hangs at once."""
   outcome: list = []
 
   def load() -> None:
