@@ -173,8 +173,7 @@ def load(name: str) -> Experiment:
   """The ``EXPERIMENT`` of the module at the path ``name``.
 
   Raises:
-    ValueError: naming ``config.experiment``: no module path, a module that cannot be
-      imported or one without an ``Experiment``.
+    ValueError: naming ``config.experiment``: not a module path, not importable, no Experiment.
   """
   if not (isinstance(name, str) and all(part.isidentifier() for part in name.split('.'))):
     raise ValueError(f'config.experiment: expected the path of a module that defines '
@@ -195,8 +194,7 @@ def check(experiment: Experiment, config: ml_collections.ConfigDict) -> None:
   """Checks every field of ``config`` and the experiment's cross-field rules.
 
   Raises:
-    ValueError: ``config.<field>: expected ..., got ...`` for the first field that fails,
-      a config of another experiment, or one that lacks a field.
+    ValueError: ``config.<field>: expected ..., got ...`` for the first field that fails.
   """
   if config.get('experiment') != experiment.name:
     raise ValueError(f'config.experiment: expected {experiment.name!r} (the experiment this '
@@ -222,8 +220,7 @@ def check(experiment: Experiment, config: ml_collections.ConfigDict) -> None:
 
 
 def _plain(value: Any, name: str) -> Any:
-  """``value`` as a config holds it: numpy scalars and arrays become Python values;
-  ValueError naming the field for another type (a Decimal, an object)."""
+  """``value`` as a config holds it (numpy's as Python's); ValueError naming the field else."""
   if isinstance(value, np.generic):
     return value.item()
   if isinstance(value, np.ndarray):
@@ -243,8 +240,7 @@ def locate(config: ml_collections.ConfigDict, name: str) -> tuple:
   """The ConfigDict that holds the dotted field ``name`` and the field's key in it.
 
   Raises:
-    ValueError: ``config.<name>: the config has no field ...``, naming the closest field,
-      or the value that has no fields.
+    ValueError: ``config.<name>: the config has no field ...``, naming the closest.
   """
   holder, parts = config, name.split('.')
   for depth, part in enumerate(parts):
@@ -265,12 +261,10 @@ def locate(config: ml_collections.ConfigDict, name: str) -> tuple:
 
 def override(config: ml_collections.ConfigDict, values: Mapping[str, Any]
              ) -> ml_collections.ConfigDict:
-  """A copy of ``config`` with ``values`` (dotted names, ``{'model.size': 3}``) set; numpy
-  scalars become Python numbers.
+  """A copy of ``config`` with ``values`` (dotted names, ``{'model.size': 3}``) set.
 
   Raises:
-    ValueError: naming the field: one the config lacks (with the closest name), or a value
-      of a type it cannot hold.
+    ValueError: naming the field: one the config lacks, or a value of a type it cannot hold.
   """
   config = copy.deepcopy(config)
   for name, value in values.items():
