@@ -169,9 +169,8 @@ class Programs:
 
   ``step(state, batch) -> state``: the vmapped group step (the module docstring's rule).
   ``measure(state, batch) -> (recurrent weights <float32>[R, H, H] (or [R] of NaN), profile
-  <float32>[R, len(PROFILE_DISTANCES)], largest Lyapunov exponent <float32>[R])`` on the
-  params and carry a step starts from. ``compiled`` compiles each once per batch shape and
-  adds the time to ``compile_seconds``.
+  <float32>[R, len(PROFILE_DISTANCES)], largest Lyapunov exponent <float32>[R])`` of the params
+  and carry a step starts from. ``compiled`` compiles each once a batch shape (``compile_seconds``).
   """
 
   def __init__(self, task: Task, config: ConfigDict):
@@ -253,8 +252,7 @@ def _step_function(task: Task, config: ConfigDict) -> Callable:
 
 
 def _measure_function(task: Task, measure_lyapunov: bool) -> Callable:
-  """``Programs.measure``; the spectral radius is solved on the host (``host_spectral_radii``):
-  a ``jax.pure_callback`` inside the program deadlocks it over several CPU devices."""
+  """``Programs.measure``; rho is solved on the host (a pure_callback deadlocks CPU meshes)."""
   distances = diagnostics.PROFILE_DISTANCES
   nan = jnp.float32(jnp.nan)
 
@@ -330,9 +328,7 @@ def cadences(task: Task, config: ConfigDict) -> dict[str, Cadence]:
 
 
 class _Group:
-  """A group's training but its loop: its placement, what it reads and writes (checkpoints,
-  metrics.jsonl, TensorBoard), the actions the loop takes at a step, and the seconds each
-  phase took (``charge``)."""
+  """A group's training but its loop: placement, checkpoints, metrics, actions, seconds."""
 
   def __init__(self, task: Task, configs: Sequence[ConfigDict],
                folders: Sequence[pathlib.Path] | None, writer: bool, programs: Programs):
@@ -351,8 +347,7 @@ class _Group:
     self.mark = now
 
   def start(self, state: TrainState) -> tuple[TrainState, int]:
-    """The state placed on the devices, restored from the runs' checkpoints where there are
-    any, and the step it is at; opens the checkpoints and the writers."""
+    """The state on the devices, restored from checkpoints, and its step; opens the writers."""
     resumed = 0
     if self.paths:
       self.stores = [checkpoints.manager(folder) for folder in self.paths]
@@ -385,8 +380,7 @@ class _Group:
     return bool(np.all(devices.to_host(state.stopped)))
 
   def step(self, state: TrainState, step: int, due: dict[str, bool]) -> tuple[TrainState, bool]:
-    """Step ``step`` and the actions ``due`` at it but the checkpoint (measure the params and
-    carry it starts from, then ``act``); returns the state and whether every run has stopped."""
+    """Step ``step`` and its ``due`` actions but the checkpoint: (state, all stopped)."""
     batch = devices.place_batch(self.where, self.task.batch(step))
     self.charge('train_steps')
     step_executable = self.programs.compiled('step', state, batch)
@@ -431,9 +425,7 @@ class _Group:
 
   def act(self, state: TrainState, step: int, due: dict[str, bool], measured: tuple | None
           ) -> TrainState:
-    """The actions ``due`` after ``step`` on each going run, in order: validate it, log its
-    line (``train``'s docstring; the interval starts anew), stop it where ``task.solved``
-    says solved, and follow ``plateau`` (its learning rate, decay and stop)."""
+    """Validates each going run, logs it, stops the solved and follows ``plateau``, in order."""
     hyper = dict(state.opt_state.hyperparams)
     stopped, last, decaying, converged, rate = (np.array(a) for a in devices.to_host((
         state.stopped, state.validation, state.decaying, state.converged,
@@ -495,8 +487,7 @@ class _Group:
                + (f'  skipped {line["skipped"]}' if line['skipped'] else ''))
 
   def finish(self, state: TrainState, step: int) -> tuple[list, list[dict], dict[str, float]]:
-    """``train``'s return value, the final params measured on the batch of ``step``; closes
-    the checkpoints and the writers."""
+    """``train``'s return value (the params measured on ``step``'s batch); closes the writers."""
     jax.block_until_ready(state)
     self.charge('train_steps')
     # the saved params, measured (NaN where the task has neither probe nor recurrent weight)
@@ -553,8 +544,7 @@ def train(task: Task, configs: Sequence[ConfigDict], folders: Sequence[pathlib.P
 
   Args:
     task: the experiment's ``Task``.
-    configs: R configs of one group (the first gives steps, log_every,
-      checkpoint_every, on_divergence and the optimizer chain).
+    configs: R configs of one group (the first gives steps, cadences and the optimizer chain).
     folders: R run folders, locked and prepared; None: nothing is read or written.
     writer: whether this process writes metrics and TensorBoard (process 0).
     stop_requested: called after every step; True: checkpoint and raise ``Interrupted``.
@@ -572,8 +562,7 @@ def train(task: Task, configs: Sequence[ConfigDict], folders: Sequence[pathlib.P
 
   Raises:
     Interrupted: when ``stop_requested`` said so (after checkpointing).
-    checkpoints.CheckpointError: a checkpoint that cannot be read for a reason
-      other than damage (one line naming the file and the cause).
+    checkpoints.CheckpointError: a checkpoint unreadable for a reason other than damage.
   """
   first = configs[0]
   programs = programs or Programs(task, first)
