@@ -318,9 +318,8 @@ def itstime(cadence: Cadence, step: int, steps: int) -> bool:
 
 
 def cadences(task: Task, config: ConfigDict) -> dict[str, Cadence]:
-  """The loop's periodic actions, as data: 'validate' (a task with ``validate``), 'log' (also
-  at every validation), 'solved' (a task with ``solved``) and 'checkpoint' (also when every
-  run has stopped)."""
+  """The loop's periodic actions, as data ('log' also at every validation, 'checkpoint' also
+  once every run has stopped)."""
   return {'validate': Cadence(config.validate_every if task.validate else 0),
           'log': Cadence(config.log_every, first=True, last=True),
           'solved': Cadence(task.solved_every if task.solved else 0),
