@@ -63,9 +63,8 @@ def placement(layout: str, runs: int, batch: Any) -> Placement:
                      f'{count} devices, got a group of {runs} (a sweep cuts each group into '
                      f'--processes jobs of at most --max_group_size runs)')
   if layout == 'data' and batch_size is None:
-    raise ValueError("config.layout: 'data' needs batches with a batch axis to split; this "
-                     "task's steps draw their batches inside the compiled program (use 'runs' or "
-                     "'auto')")
+    raise ValueError("config.layout: 'data' needs batches with a batch axis to split; this task's "
+                     "steps draw their batches inside the compiled program (use 'runs' or 'auto')")
   if layout == 'data' and batch_size is not None and batch_size % count:
     raise ValueError(f"config.layout: 'data' needs a batch size divisible by the {count} "
                      f'devices, got {batch_size}')

@@ -83,8 +83,7 @@ TRAINER_FIELDS = {
     'flossing_exponents': Field(1, integer(1), 'k, the Lyapunov exponents flossing pushes to 0'),
     'flossing_steps': Field(0, integer(0), 'flossing in the first N steps only (0: every step)'),
     'measure_lyapunov': Field(False, Check('a bool', lambda v: isinstance(v, bool)),
-                              'log the largest Lyapunov exponent beside the gradient-norm '
-                              'profile'),
+                              'log the largest Lyapunov exponent beside the gradient-norm profile'),
     'on_divergence': Field('stop', one_of(('stop', 'skip')),
                            'a NaN/Inf step: stop the run, or skip its update'),
     'layout': Field('auto', one_of(devices.LAYOUTS),
@@ -201,8 +200,7 @@ def check(experiment: Experiment, config: ml_collections.ConfigDict) -> None:
                      f'group runs), got {config.get("experiment")!r}')
   for name, field in experiment.all_fields().items():
     if name not in config:
-      raise ValueError(f'config.{name}: missing; is config.experiment the one this config is '
-                       'for?')
+      raise ValueError(f'config.{name}: missing; is config.experiment the one this config is for?')
     if field.check is None:
       continue
     try:

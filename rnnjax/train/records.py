@@ -122,5 +122,4 @@ def record_devices(folder: pathlib.Path, devices: str, step: int, group: str = '
   where = lambda start: ' '.join(('on ' if key == 'devices' else '') + str(start.get(key))
                                  for key in moved)
   return (f'{folder}: resumed at step {step} {where(entry)}; the steps before it ran '
-          f'{where(before)}, so its numbers differ in the last digits from a run that never '
-          'moved')
+          f'{where(before)}, so its numbers differ in the last digits from a run that never moved')
