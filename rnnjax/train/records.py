@@ -104,8 +104,7 @@ def write_scalars(writer: Any, line: dict) -> None:
   writer.flush()
 
 
-def record_devices(folder: pathlib.Path, devices: str, step: int, group: str = ''
-                   ) -> str | None:
+def record_devices(folder: pathlib.Path, devices: str, step: int, group: str = '') -> str | None:
   """Records that the run trains on ``devices`` and in ``group`` (alone, or a vmapped group of N)
   from ``step`` (0 forgets earlier starts); a warning where a resumed run moved to other devices
   or grouping (its numbers then differ in the last digits from a run never moved), else None."""
