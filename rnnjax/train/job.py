@@ -207,8 +207,7 @@ def run_job(job: dict, received: list[int] | None = None,
     kind = experiment.load(job['experiment'])
     configs = [experiment.from_dict(kind, run['config']) for run in job['runs']]
     summaries = harness.run_group(kind, configs, folders, job.get('overwrite', 'none'),
-                                  lambda: bool(received), job.get('provenance'),
-                                  on_progress=on_progress)
+                                  lambda: bool(received), job.get('provenance'), on_progress)
   except Exception as error:  # noqa: BLE001 -- mapped to a result, or raised again
     outcome = failure(error)
     if outcome is None:

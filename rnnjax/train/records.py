@@ -109,9 +109,8 @@ def record_devices(folder: pathlib.Path, devices: str, step: int, group: str = '
   from ``step`` (0 forgets earlier starts); a warning where a resumed run moved to other devices
   or grouping (its numbers then differ in the last digits from a run never moved), else None."""
   path = pathlib.Path(folder) / run_folder.DEVICES
-  starts = [entry for entry in run_folder.read_json(path, list) or []
-            if isinstance(entry, dict) and isinstance(entry.get('from_step'), int)
-            and entry['from_step'] < step]
+  starts = [entry for entry in run_folder.read_json(path, list) or [] if isinstance(entry, dict)
+            and isinstance(entry.get('from_step'), int) and entry['from_step'] < step]
   entry = {'from_step': step, 'devices': devices, **({'group': group} if group else {})}
   run_folder.write_json(path, starts + [entry])
   before = starts[-1] if starts else entry

@@ -427,8 +427,7 @@ class _Group:
     """Validates each going run, logs it, stops the solved and follows ``plateau``, in order."""
     hyper = dict(state.opt_state.hyperparams)
     stopped, last, decaying, converged, rate = (np.array(a) for a in devices.to_host((
-        state.stopped, state.validation, state.decaying, state.converged,
-        hyper['learning_rate'])))
+        state.stopped, state.validation, state.decaying, state.converged, hyper['learning_rate'])))
     going = [i for i in range(self.runs) if not stopped[i]]
     params = unstack(devices.to_host(state.params), self.runs) if (
         due['validate'] or due['solved']) else []
