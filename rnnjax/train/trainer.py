@@ -488,8 +488,11 @@ class _Group:
     """``train``'s return value (the params measured on ``step``'s batch); closes the writers."""
     jax.block_until_ready(state)
     self.charge('train_steps')
-    # the saved params, measured (NaN where the task has neither probe nor recurrent weight)
-    final = self.measure(state, devices.place_batch(self.where, self.task.batch(max(step, 1))))
+    final = (np.full((self.runs,), np.nan, np.float32),
+             np.full((self.runs, len(diagnostics.PROFILE_DISTANCES)), np.nan, np.float32),
+             np.full((self.runs,), np.nan, np.float32))
+    if self.task.probe or self.task.recurrent_weight:  # the saved params, measured
+      final = self.measure(state, devices.place_batch(self.where, self.task.batch(max(step, 1))))
     self.charge('metrics')
     self.seconds['compile'] = self.programs.compile_seconds - self.compiled_before
     for closable in self.stores + self.boards:
