@@ -25,13 +25,12 @@ status 0, 1 when a run failed (each reason printed), 128 + the signal's number w
 one (130 at Ctrl-C).
 """
 
-import importlib.util
 import math
 import os
 import pathlib
 import re
+import runpy
 import sys
-import types
 from typing import Any, NoReturn
 
 from absl import flags
@@ -59,26 +58,24 @@ def _fail(line: str) -> NoReturn:
   sys.exit(1)
 
 
-def _config_path(argv: list[str], options: Options) -> str:
-  """The config file the command line names: the last ``--config=FILE`` or
-  ``--config FILE`` (one dash too), as absl takes it."""
-  path = None
-  for i, arg in enumerate(argv[1:], 1):
-    match = re.fullmatch(r'--?config(=(.*))?', arg)
-    if match and match.group(1):
-      path = match.group(2)
-    elif match and i + 1 < len(argv):
-      path = argv[i + 1]
+def _config_path(argv: list[str], options: Options) -> tuple[str, list[str]]:
+  """The config file the command line names (absl's ``--config``) and the other arguments."""
+  named = flags.FlagValues()
+  flags.DEFINE_string('config', None, 'the config file', flag_values=named)
+  try:
+    rest = named(argv, known_only=True)
+  except flags.Error:  # --config without a value
+    rest = argv
+  path = named['config'].value
   if path is None and any(arg in HELP for arg in argv[1:]):
     _help(None, options)
   if path is None:
     _fail('--config: expected a config file (--config=path/to/config.py)')
-  return path
+  return path, rest
 
 
 def _help(fields: str | None, options: Options) -> NoReturn:
-  """Prints the command's use, its flags, the executors' ``options`` and ``fields`` (a
-  config's), and exits 0."""
+  """Prints the command's use, its flags, the executors' options and ``fields``; exits 0."""
   print(__doc__.replace('``', ''))
   print(FLAGS.module_help(__name__))
   for name, fields_of in options.items():
@@ -88,32 +85,18 @@ def _help(fields: str | None, options: Options) -> NoReturn:
   sys.exit(0)
 
 
-def _kind(default: Any) -> str:
-  """Words for the type of a field's default, completing 'expected ...'."""
-  return {bool: 'true or false', int: 'an int', float: 'a number', str: 'a string'}.get(
-      type(default), f'a {type(default).__name__}')
-
-
 def _load(argv: list[str], sweep: bool, options: Options | None = None
           ) -> tuple[experiment.Experiment, ml_collections.ConfigDict, list[dict], str]:
-  """Loads the config file once; defines the flags around its config and the executors'
-  ``options`` (a sweep's); parses ``argv``.
-
-  Returns:
-    ``(kind, config, runs, path)``: the config file's experiment, its config with the command
-    line's fields set, a sweep's runs (``_runs``) and the file's path.
-  """
+  """Loads the config file once, defines its flags, parses ``argv``: (kind, config, runs, path)."""
   options = options or {}
-  path = _config_path(argv, options)
-  spec = importlib.util.spec_from_file_location(pathlib.Path(path).stem, path)
-  if spec is None or spec.loader is None or not pathlib.Path(path).is_file():
+  path, rest = _config_path(argv, options)
+  if not (path.endswith('.py') and pathlib.Path(path).is_file()):
     _fail(f'--config: no config file at {path!r}')
-  module = importlib.util.module_from_spec(spec)
   sys.path.insert(0, os.getcwd())  # as `python -m` does: the user's modules import
-  spec.loader.exec_module(module)
-  if not hasattr(module, 'get_config') or (sweep and not hasattr(module, 'get_sweep')):
+  module = runpy.run_path(path)
+  if 'get_config' not in module or (sweep and 'get_sweep' not in module):
     _fail(f'--config: {path} defines no {"get_sweep()" if sweep else "get_config()"}')
-  base = module.get_config()
+  base = module['get_config']()
   if not isinstance(base, ml_collections.ConfigDict):
     _fail(f'--config: get_config() in {path} returned a {type(base).__name__}; expected an '
           'ml_collections.ConfigDict (EXPERIMENT.config(...))')
@@ -121,7 +104,7 @@ def _load(argv: list[str], sweep: bool, options: Options | None = None
     kind = experiment.load(base.get('experiment'))
   except ValueError as error:
     _fail(str(error))
-  runs = _runs(module, path) if sweep else []
+  runs = _runs(module['get_sweep'](), path) if sweep else []
   if any(arg in HELP for arg in argv[1:]):
     swept = ', '.join(dict.fromkeys(name for run in runs for name in run))
     _help(f'\nFields of {path} (--config.NAME=VALUE), as its get_config() sets them'
@@ -140,8 +123,6 @@ def _load(argv: list[str], sweep: bool, options: Options | None = None
       except ValueError as error:
         _fail(f'--{flag}.{name}: {where} has no field {str(error).split("no field ", 1)[1]}')
       overrides.append((flag, name, value, holder[key]))
-  rest = [arg for i, arg in enumerate(argv) if not (
-      re.fullmatch(r'--?config(=.*)?', arg) or (i > 0 and re.fullmatch(r'--?config', argv[i - 1])))]
   config_flags.DEFINE_config_dict('config', base, "The config file's get_config(); override a "
                                   'field with --config.NAME=VALUE.', lock_config=True,
                                   sys_argv=rest)
@@ -156,15 +137,16 @@ def _load(argv: list[str], sweep: bool, options: Options | None = None
         try:
           FLAGS[f'{flag}.{name}'].parser.parse(value)
         except (ValueError, TypeError):
-          _fail(f'--{flag}.{name}: expected {_kind(default)} (the type of its value '
-                f'{default!r}), got {value!r}')
+          words = {bool: 'true or false', int: 'an int', float: 'a number', str: 'a string'}.get(
+              type(default), f'a {type(default).__name__}')
+          _fail(f'--{flag}.{name}: expected {words} (the type of its value {default!r}), got '
+                f'{value!r}')
     _fail(' '.join(str(error).replace('\\n', ' ').split()))
   return kind, FLAGS.config, runs, path
 
 
-def _runs(module: types.ModuleType, path: str) -> list[dict]:
-  """The config file's ``get_sweep()``: a list of dicts of field values, one a run."""
-  runs = module.get_sweep()
+def _runs(runs: Any, path: str) -> list[dict]:
+  """The config file's ``get_sweep()``, checked: a list of dicts of field values, one a run."""
   if isinstance(runs, list) and runs and all(isinstance(run, dict) for run in runs):
     return runs
   odd = [run for run in runs if not isinstance(run, dict)] if isinstance(runs, list) else []

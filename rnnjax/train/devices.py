@@ -38,12 +38,11 @@ class Placement(NamedTuple):
 
 
 def placement(layout: str, runs: int, batch: Any) -> Placement:
-  """The ``Placement`` on ``jax.devices()`` of a group of ``runs`` runs whose batches look
-  like ``batch`` (leading axes: the batch axis), for ``layout`` (``config.layout``).
+  """The ``Placement`` on ``jax.devices()`` for ``layout`` of a group of ``runs`` runs whose
+  batches look like ``batch`` (leading axes: the batch axis).
 
   Raises:
-    ValueError: naming ``config.layout``: unknown, or one the group cannot take (runs or
-      batch not divisible by the number of devices).
+    ValueError: naming ``config.layout``: unknown, or one the group cannot take.
   """
   if layout not in LAYOUTS:
     raise ValueError(f'config.layout: expected one of {LAYOUTS}, got {layout!r}')
@@ -64,9 +63,8 @@ def placement(layout: str, runs: int, batch: Any) -> Placement:
                      f'{count} devices, got a group of {runs} (a sweep cuts each group into '
                      f'--processes jobs of at most --max_group_size runs)')
   if layout == 'data' and batch_size is None:
-    raise ValueError("config.layout: 'data' needs batches with a batch axis to split; this "
-                     "task's steps draw their batches inside the compiled program (use 'runs' or "
-                     "'auto')")
+    raise ValueError("config.layout: 'data' needs batches with a batch axis to split; this task's "
+                     "steps draw their batches inside the compiled program (use 'runs' or 'auto')")
   if layout == 'data' and batch_size is not None and batch_size % count:
     raise ValueError(f"config.layout: 'data' needs a batch size divisible by the {count} "
                      f'devices, got {batch_size}')
@@ -87,8 +85,7 @@ def _global(value: Any, sharding: jax.sharding.Sharding) -> jax.Array:
 
 
 def _place(mesh: jax.sharding.Mesh, tree: Any, axis: int | None) -> Any:
-  """``tree`` as global arrays on ``mesh``, each leaf's ``axis`` split over the devices
-  (None, or a leaf without that axis: replicated)."""
+  """``tree`` as global arrays on ``mesh``, each leaf's ``axis`` split (None, or none: copies)."""
   def one(leaf: Any) -> jax.Array:
     spec = jax.sharding.PartitionSpec()
     if axis is not None and np.ndim(leaf) > axis:

@@ -13,6 +13,7 @@ import pkgutil
 import time
 from typing import Any, Callable, ClassVar, Mapping, NamedTuple, Protocol
 
+from rnnjax import checks
 from rnnjax.train import run_folder
 
 __all__ = ['Settings', 'Executor', 'EXECUTORS', 'STOP_SECONDS', 'find', 'result_of', 'log',
@@ -42,10 +43,8 @@ class Executor(Protocol):
   def __init__(self, settings: Settings) -> None: ...
 
   def run(self, jobs: list[dict], on_end: OnEnd, on_progress: OnProgress, say: Say) -> None:
-    """Runs every job and returns once each has ended, calling ``on_end(job, result)`` once
-    a job (``result_of``: its result file, or why a job lost, killed or never started has
-    none), ``on_progress(job, step)`` as a job trains where the executor hears of it, and
-    ``say(line)`` for a warning."""
+    """Runs every job, calling ``on_end(job, result)`` once a job (``result_of``),
+    ``on_progress(job, step)`` as it trains (where heard of) and ``say(line)`` for a warning."""
 
   def stop(self) -> None:
     """Safe in a signal handler: no job starts after it, the running ones are asked to
@@ -61,15 +60,12 @@ EXECUTORS: dict[str, str | Callable[[Settings], Executor]] = {  # name -> 'modul
 
 def find(name: str) -> Any:
   """The executor class registered as ``name`` (ValueError naming --executor for none)."""
-  if name not in EXECUTORS:
-    raise ValueError(f'--executor: expected one of {sorted(EXECUTORS)}, got {name!r}')
-  entry = EXECUTORS[name]
+  entry = EXECUTORS[checks.one_of('--executor', name, sorted(EXECUTORS))]
   return pkgutil.resolve_name(entry) if isinstance(entry, str) else entry
 
 
 def result_of(job: dict, why: str, status: str = 'failed') -> dict:
-  """The job's result file, or (none there, or another job's: the job was lost, killed or
-  never started) a result whose runs have ``status`` for ``why``."""
+  """The job's result file, or (a job lost, killed, never started) its runs' ``status``, ``why``."""
   result = run_folder.read_json(pathlib.Path(job['result']))
   if result is not None and result.get('id') == job['id']:
     return result

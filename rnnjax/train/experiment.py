@@ -83,8 +83,7 @@ TRAINER_FIELDS = {
     'flossing_exponents': Field(1, integer(1), 'k, the Lyapunov exponents flossing pushes to 0'),
     'flossing_steps': Field(0, integer(0), 'flossing in the first N steps only (0: every step)'),
     'measure_lyapunov': Field(False, Check('a bool', lambda v: isinstance(v, bool)),
-                              'log the largest Lyapunov exponent beside the gradient-norm '
-                              'profile'),
+                              'log the largest Lyapunov exponent beside the gradient-norm profile'),
     'on_divergence': Field('stop', one_of(('stop', 'skip')),
                            'a NaN/Inf step: stop the run, or skip its update'),
     'layout': Field('auto', one_of(devices.LAYOUTS),
@@ -122,15 +121,12 @@ class Experiment:
     vmappable: its fields that change no program (with ``TRAINER_VMAPPABLE``).
     plots: as ``report.write`` draws them.
     work: a step's relative cost, for a sweep's progress and order.
-    positive: its report fields that are positive ratios, whose exact 0 is an underflow
-      (a table prints it as a bound).
-    analyses: ``analysis(runs, keys, folder, heading)`` of a sweep's runs (as
-      ``report.write`` takes them), each writing its own tables and plots into the sweep
-      folder (``run_folder.write``) after the sweep's.
+    positive: its report fields that are positive ratios (an exact 0 underflowed: a bound).
+    analyses: ``analysis(runs, keys, folder, heading)`` of a sweep's runs (``report.write``'s
+      arguments), each writing its own tables and plots into the sweep folder after the sweep's.
 
   Raises:
-    ValueError: a field or report field named as one of the columns the harness writes
-      beside them (``HARNESS_COLUMNS``).
+    ValueError: a field or report field named as a column the harness writes (``HARNESS_COLUMNS``).
   """
   name: str
   task: Callable[[ml_collections.ConfigDict], Any]
@@ -160,12 +156,12 @@ class Experiment:
       config[name] = copy.deepcopy(field.default)
     return override(config, values)
 
-  def help(self, config: ml_collections.ConfigDict | None = None) -> str:
-    """The fields, their values in ``config`` (None: the defaults) and their help, one a line;
-    a value that differs from the default names the default."""
+  def help(self, config: ml_collections.ConfigDict) -> str:
+    """The fields, their values in ``config`` and their help, one a line (and the default of a
+    value that differs from it)."""
     lines = []
     for name, field in self.all_fields().items():
-      value = field.default if config is None else config.get(name, field.default)
+      value = config.get(name, field.default)
       notes = [field.help] * bool(field.help) + [f'default {field.default!r}'] * (
           value != field.default)
       lines.append(f'  {name} = {value!r}' + (f'  # {"; ".join(notes)}' if notes else ''))
@@ -176,8 +172,7 @@ def load(name: str) -> Experiment:
   """The ``EXPERIMENT`` of the module at the path ``name``.
 
   Raises:
-    ValueError: naming ``config.experiment``: no module path, a module that cannot be
-      imported or one without an ``Experiment``.
+    ValueError: naming ``config.experiment``: not a module path, not importable, no Experiment.
   """
   if not (isinstance(name, str) and all(part.isidentifier() for part in name.split('.'))):
     raise ValueError(f'config.experiment: expected the path of a module that defines '
@@ -198,16 +193,14 @@ def check(experiment: Experiment, config: ml_collections.ConfigDict) -> None:
   """Checks every field of ``config`` and the experiment's cross-field rules.
 
   Raises:
-    ValueError: ``config.<field>: expected ..., got ...`` for the first field that fails,
-      a config of another experiment, or one that lacks a field.
+    ValueError: ``config.<field>: expected ..., got ...`` for the first field that fails.
   """
   if config.get('experiment') != experiment.name:
     raise ValueError(f'config.experiment: expected {experiment.name!r} (the experiment this '
                      f'group runs), got {config.get("experiment")!r}')
   for name, field in experiment.all_fields().items():
     if name not in config:
-      raise ValueError(f'config.{name}: missing; is config.experiment the one this config is '
-                       'for?')
+      raise ValueError(f'config.{name}: missing; is config.experiment the one this config is for?')
     if field.check is None:
       continue
     try:
@@ -225,8 +218,7 @@ def check(experiment: Experiment, config: ml_collections.ConfigDict) -> None:
 
 
 def _plain(value: Any, name: str) -> Any:
-  """``value`` as a config holds it: numpy scalars and arrays become Python values;
-  ValueError naming the field for another type (a Decimal, an object)."""
+  """``value`` as a config holds it (numpy's as Python's); ValueError naming the field else."""
   if isinstance(value, np.generic):
     return value.item()
   if isinstance(value, np.ndarray):
@@ -246,8 +238,7 @@ def locate(config: ml_collections.ConfigDict, name: str) -> tuple:
   """The ConfigDict that holds the dotted field ``name`` and the field's key in it.
 
   Raises:
-    ValueError: ``config.<name>: the config has no field ...``, naming the closest field,
-      or the value that has no fields.
+    ValueError: ``config.<name>: the config has no field ...``, naming the closest.
   """
   holder, parts = config, name.split('.')
   for depth, part in enumerate(parts):
@@ -268,12 +259,10 @@ def locate(config: ml_collections.ConfigDict, name: str) -> tuple:
 
 def override(config: ml_collections.ConfigDict, values: Mapping[str, Any]
              ) -> ml_collections.ConfigDict:
-  """A copy of ``config`` with ``values`` (dotted names, ``{'model.size': 3}``) set; numpy
-  scalars become Python numbers.
+  """A copy of ``config`` with ``values`` (dotted names, ``{'model.size': 3}``) set.
 
   Raises:
-    ValueError: naming the field: one the config lacks (with the closest name), or a value
-      of a type it cannot hold.
+    ValueError: naming the field: one the config lacks, or a value of a type it cannot hold.
   """
   config = copy.deepcopy(config)
   for name, value in values.items():

@@ -1,11 +1,10 @@
 """The run harness: one run (or a vmapped group of runs) of any experiment, start to end.
 
-The order is the rule of the run folder: plan every run (``plan.plan``: its config's checks and
-its folder's state, read-only), then the data and the model (``Experiment.task``) and the memory
-they need, and only then lock the folders, plan again under the locks (a plan holds only under
-the lock that acts on it) and write. A run whose report fails after training keeps the error in
-its summary (``report_error``) and ends. Everything else of a run (the loop, checkpoints,
-metrics, TensorBoard) is the trainer's.
+The order is the rule of the run folder: plan every run (``plan.plan``, read-only), then load
+the data and the model (``Experiment.task``) and check the memory they need, and only then lock
+the folders, plan again under the locks (a plan holds only under the lock that acts on it) and
+write. A run whose report fails after training keeps the error in its summary (``report_error``).
+The loop, checkpoints, metrics and TensorBoard are the trainer's.
 """
 
 import os
@@ -29,13 +28,11 @@ __all__ = ['check_memory', 'run_group']
 
 
 def check_memory(task: trainer.Task, config: ConfigDict, runs: int) -> None:
-  """Checks that a group's training state (params, optimizer state, carry) fits in the device's
-  memory, from its shapes alone (``jax.eval_shape``: nothing is allocated), before any folder is
-  touched.
+  """Checks that the training state of ``runs`` runs fits in the device's memory, from its shapes
+  alone (``jax.eval_shape``: nothing is allocated).
 
   Raises:
-    ValueError: naming the largest array and its shape, with the bytes needed
-      and the bytes there are (``devices.memory_bytes``).
+    ValueError: naming the largest array and its shape, the bytes needed and those there are.
   """
   shapes = jax.eval_shape(lambda: trainer.initial_state(task, [config]))
   leaves = jax.tree_util.tree_leaves_with_path(shapes)
@@ -63,9 +60,7 @@ def _plans(kind: experiment.Experiment, configs: Sequence[ConfigDict],
 
 def _load(kind: experiment.Experiment, config: ConfigDict, stop_requested: Callable[[], bool]
           ) -> trainer.Task:
-  """``kind.task(config)`` in a thread of its own, the caller's waiting for it or a stop
-  request: a stop while the data loads (a download from a server that never answers, say) ends
-  the job at once, not once the network gives up."""
+  """``kind.task(config)`` in a thread: a stop request ends a job whose data hangs at once."""
   outcome: list = []
 
   def load() -> None:
@@ -93,23 +88,21 @@ def run_group(kind: experiment.Experiment, configs: Sequence[ConfigDict],
 
   Args:
     kind: the ``Experiment`` of every config.
-    configs: R ``ml_collections.ConfigDict`` configs.
-    folders: R ``pathlib.Path`` run folders.
+    configs: R configs.
+    folders: R run folders.
     overwrite: as ``plan.plan``: 'none', 'changed' or 'all', for every run or one each.
     stop_requested: passed to ``trainer.train``.
-    on_progress: ``on_progress(step)``: passed to ``trainer.train``, and called again
-      once each run's report is written (a measurement's report is its work, and a
-      group's reports can outlast an executor's stall watch).
     provenance: what timing.json records of where the run was measured (commit, date, host).
+    on_progress: ``on_progress(step)``: passed to ``trainer.train``, and called again once each
+      run's report is written (a group's reports can outlast an executor's stall watch).
 
   Returns:
-    R summaries: the trainer's record and the task's report; for a run that
-    had ended already, its summary.json as it is.
+    R summaries: the trainer's record and the task's report; for a run that had ended
+    already, its summary.json as it is.
 
   Raises:
-    ValueError: a run the plan refuses (the reason), runs that cannot share one
-      program, or a training state larger than the device's memory
-      (``check_memory``), before any folder is touched.
+    ValueError: before any folder is touched: a run the plan refuses (the reason), runs that
+      cannot share one program, a training state larger than the memory (``check_memory``).
     run_folder.FolderInUse: another process trains one of the runs.
     trainer.Interrupted: stopped on request (checkpointed).
     corpora.CorpusError and other errors of the experiment's data.
@@ -120,8 +113,8 @@ def run_group(kind: experiment.Experiment, configs: Sequence[ConfigDict],
   if todo:
     keys = {experiment.group_key(kind, configs[i]) for i in todo}
     if len(keys) > 1:
-      fields = sorted({k for key in keys for k, v in key if sum(1 for o in keys if (k, v) in o)
-                       < len(keys)})
+      sets = [set(key) for key in keys]
+      fields = sorted({k for k, _ in set.union(*sets) - set.intersection(*sets)})
       raise ValueError(f'configs: runs of one group may differ only in fields that change no '
                        f'program; these differ in {fields}')
     started = time.perf_counter()

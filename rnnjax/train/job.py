@@ -8,11 +8,9 @@ its result file: per run its ``status`` (finished, diverged, failed, interrupted
 one-line ``reason``, and the job's ``exit`` kind (ok, error, full_disk, out_of_memory,
 interrupted). A process calls ``setup_process`` once before its first job.
 
-Logs: a job's own lines (rnnjax's, the experiment's) at INFO; those of the libraries it runs
-on (orbax, absl, jax, flax, tensorstore) from WARNING, unless the job's ``verbosity`` (the
-commands' absl ``--verbosity``) is 1 (DEBUG) or more. A line about one run goes to that run's
-log.txt, the others once to the job's ``log`` (``_Logs``): a run's log grows with its own
-lines, not with its group.
+Logs: a job's own lines at INFO, those of the libraries it runs on (``LIBRARIES``) from WARNING
+unless its ``verbosity`` (absl's ``--verbosity``) is 1 (DEBUG) or more. A line about one run goes
+to that run's log.txt, the others once to the job's ``log``: a run's log grows with its own lines.
 
 ``python -m rnnjax.train.job`` is a worker: jobs come on stdin, one JSON object a line; events
 go to stdout, one JSON object a line: ``{"job": id, "event": "taken"}``, ``{"job": id,
@@ -53,10 +51,7 @@ DISTRIBUTED_VARIABLES = ('RNNJAX_COORDINATOR', 'RNNJAX_NUM_PROCESSES', 'RNNJAX_P
 
 
 def _quiet(verbosity: int) -> Callable[[python_logging.LogRecord], bool]:
-  """A logging filter where ``verbosity`` < 1: False for a record of one of ``LIBRARIES`` (by
-  its logger's name, or by its source file for absl.logging's records) below WARNING, and for
-  one that carries an error ``failure`` reports in one line (orbax's writer threads log a full
-  disk's traceback before the job ends with it)."""
+  """Below ``verbosity`` 1, a log filter of ``LIBRARIES``' INFO and of errors ``failure`` names."""
   def keep(record: python_logging.LogRecord) -> bool:
     source = set(pathlib.PurePath(record.pathname).parts[:-1])
     library = record.name.split('.')[0] in LIBRARIES and not (
@@ -85,13 +80,7 @@ def keep_freed_memory() -> bool:
 
 
 def _initialize_distributed() -> None:
-  """Joins ``jax.distributed`` where this process is one of several: ``$RNNJAX_COORDINATOR``
-  (host:port of process 0), ``$RNNJAX_NUM_PROCESSES`` and ``$RNNJAX_PROCESS_ID``, or a Slurm
-  step of several tasks (JAX reads its variables). CPU devices talk through gloo.
-
-  Raises:
-    ValueError: for an incomplete or malformed set of the variables above.
-  """
+  """Joins ``jax.distributed`` by ``DISTRIBUTED_VARIABLES`` or Slurm's (ValueError: a bad set)."""
   given = {name: os.environ.get(name, '') for name in DISTRIBUTED_VARIABLES}
   step_tasks = os.environ.get('SLURM_STEP_NUM_TASKS', '1')
   if not any(given.values()) and not (step_tasks.isdigit() and int(step_tasks) > 1):
@@ -110,17 +99,15 @@ def _initialize_distributed() -> None:
 
 def setup_process(signals: Sequence[int] = (signal.SIGTERM, signal.SIGUSR2, signal.SIGINT),
                   verbosity: int = 0, received: list[int] | None = None) -> list[int]:
-  """What a process that runs jobs does once: logs at INFO (``verbosity``, absl's: 1 is DEBUG)
-  with the INFO lines of the libraries it runs on left out below 1 (module docstring),
+  """What a process that runs jobs does once: logs at ``verbosity`` (module docstring),
   ``keep_freed_memory``, turns on JAX's persistent compilation cache in
   ``$RNNJAX_COMPILATION_CACHE`` (default ``~/.cache/rnnjax/xla``; empty: off), joins
-  ``jax.distributed`` where it is one of several processes, and makes ``signals`` requests
-  to stop.
+  ``jax.distributed`` as one of several processes, and makes ``signals`` requests to stop.
 
   Returns:
-    ``received`` (the signals received before) with those received since, in order (empty:
-    go on); a job's runs checkpoint and stop at their next step once it is not. A second
-    SIGINT interrupts at once.
+    ``received`` (the signals received before) with those received since, in order; a job's
+    runs checkpoint and stop at their next step once it is not empty. A second SIGINT
+    interrupts at once.
   """
   logging.set_verbosity(max(verbosity, logging.INFO))
   logging.get_absl_handler().addFilter(_quiet(verbosity))
@@ -164,12 +151,11 @@ def failure(error: BaseException) -> tuple[str, str] | None:
                          'again to resume from the last checkpoint')
   if number in (errno.EMFILE, errno.ENFILE):
     return 'error', f'{text}; too many open files: raise the limit (ulimit -n) and run again'
-  if isinstance(error, jax.errors.JaxRuntimeError):
-    if 'RESOURCE_EXHAUSTED' in text or 'Out of memory' in text:
-      return 'out_of_memory', (f'out of memory: {str(error).splitlines()[0]}; expected a smaller '
-                               'model or batch (--config.hidden_size, --config.batch_size), or '
-                               'in a sweep smaller groups (--max_group_size)')
-    return None
+  if isinstance(error, jax.errors.JaxRuntimeError) and ('RESOURCE_EXHAUSTED' in text
+                                                       or 'Out of memory' in text):
+    return 'out_of_memory', (f'out of memory: {str(error).splitlines()[0]}; expected a smaller '
+                             'model or batch (--config.hidden_size, --config.batch_size), or in '
+                             'a sweep smaller groups (--max_group_size)')
   if isinstance(error, trainer.Interrupted):
     return 'interrupted', f'interrupted: {text}; run the same command again to resume'
   if isinstance(error, (ValueError, OSError, run_folder.FolderInUse, corpora.CorpusError,
@@ -179,9 +165,7 @@ def failure(error: BaseException) -> tuple[str, str] | None:
 
 
 class _Logs(python_logging.Handler):
-  """Appends a job's log records to files: one about a run (``run_folder.about``) to that
-  run's log.txt, made by the harness once its checks and data have passed; the others, the
-  group's, once to the job's log (``job['log']``), which each run's log names."""
+  """Appends a job's records: a run's to its log.txt (``run_folder.about``), others to its log."""
 
   def __init__(self, job_log: str | None, verbosity: int):
     super().__init__()
@@ -223,8 +207,7 @@ def run_job(job: dict, received: list[int] | None = None,
     kind = experiment.load(job['experiment'])
     configs = [experiment.from_dict(kind, run['config']) for run in job['runs']]
     summaries = harness.run_group(kind, configs, folders, job.get('overwrite', 'none'),
-                                  lambda: bool(received), job.get('provenance'),
-                                  on_progress=on_progress)
+                                  lambda: bool(received), job.get('provenance'), on_progress)
   except Exception as error:  # noqa: BLE001 -- mapped to a result, or raised again
     outcome = failure(error)
     if outcome is None:

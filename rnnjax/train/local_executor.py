@@ -70,9 +70,7 @@ class Local:
 
   def _follow(self, process: subprocess.Popen, job: dict, on_progress: executors.OnProgress
               ) -> tuple[bool, str | dict | None]:
-    """Hands ``job`` to ``process`` and reads its events to the job's end. Returns
-    ``(taken, outcome)``: whether it took the job, and the job's result where it ended it
-    (its 'ended' event's, which a full disk cannot lose), else why it ended without one."""
+    """Hands ``job`` to ``process``, follows its events: (taken, its result or why it has none)."""
     stdin, stdout = process.stdin, process.stdout
     assert stdin is not None and stdout is not None  # made with pipes (``_worker``)
     with contextlib.suppress(OSError, ValueError):  # the worker is gone or its input closed
@@ -117,8 +115,7 @@ class Local:
         return True, event.get('result')
 
   def _run(self, job: dict, on_progress: executors.OnProgress) -> dict:
-    """Runs one job on its cores' worker; a worker that ends without taking the job (it
-    was stopping) gets a successor, which is handed the job once more."""
+    """Runs one job on its cores' worker, or on a successor of one that ended untaken it."""
     if self.stopping.is_set():
       return executors.result_of(job, 'not started: the sweep was interrupted', 'interrupted')
     cores = self.slots.get()
@@ -164,8 +161,7 @@ class Local:
       pool.shutdown(wait=True, cancel_futures=True)
 
   def stop(self) -> None:
-    """Starts nothing more; each running job's worker is asked to checkpoint and stop
-    (SIGTERM, and SIGCONT for a stopped one) within a second, and killed
-    ``executors.STOP_SECONDS`` later (``_follow``)."""
+    """Starts nothing more; each running job's worker is asked to checkpoint and stop (SIGTERM,
+    and SIGCONT for a stopped one) within a second, and killed ``executors.STOP_SECONDS`` later."""
     self.stopping.set()
     self.deadline = time.monotonic() + executors.STOP_SECONDS

@@ -15,6 +15,7 @@ from typing import Any
 
 import optax
 
+from rnnjax import checks
 from rnnjax import clipping as clippers
 
 __all__ = ['OPTIMIZERS', 'CLIPPINGS', 'check', 'family', 'handles_non_finite', 'make_optimizer',
@@ -30,22 +31,15 @@ OPTIMIZERS = {
 CLIPPINGS = ('none', 'global_norm', 'elementwise', 'pascanu')
 
 
-def _positive(value: Any) -> bool:
-  return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf
-
-
 def check(name: str, learning_rate: float, clipping: str = 'none',
           clip_threshold: float = 1.0) -> None:
-  """Raises ValueError naming the argument, as ``make_optimizer`` would."""
-  if name not in OPTIMIZERS:
-    raise ValueError(f'optimizer: expected one of {sorted(OPTIMIZERS)}, got {name!r}')
-  if not _positive(learning_rate):
-    raise ValueError(f'learning_rate: expected a finite value > 0, got {learning_rate!r}')
-  if clipping not in CLIPPINGS:
-    raise ValueError(f'clipping: expected one of {CLIPPINGS}, got {clipping!r}')
-  if clipping != 'none' and not _positive(clip_threshold):
-    raise ValueError(f'clip_threshold: expected a finite value > 0 for clipping={clipping!r}, '
-                     f'got {clip_threshold!r}')
+  """Raises ValueError naming the argument, as ``make_optimizer`` would (``rnnjax.checks``)."""
+  checks.one_of('optimizer', name, sorted(OPTIMIZERS))
+  checks.number('learning_rate', learning_rate, 0, low_open=True, high_open=True)
+  checks.one_of('clipping', clipping, CLIPPINGS)
+  if clipping != 'none':
+    checks.number('clip_threshold', clip_threshold, 0, low_open=True, high_open=True,
+                  note=f' for clipping={clipping!r}')
 
 
 def family(clipping: str) -> str:

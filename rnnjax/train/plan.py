@@ -11,9 +11,8 @@
             in the way, links, files of no run, a damaged config.json, or another config
             where ``overwrite='none'``): nothing is done; the reason is one line
 
-The launcher plans a sweep with it and the harness its group (the same inputs give the same
-plan); nothing else decides. ``folder_names`` names a sweep's run folders and ``jobs`` cuts
-the runs to train into vmapped groups.
+The launcher plans a sweep with it and the harness its group; nothing else decides.
+``folder_names`` names a sweep's run folders and ``jobs`` cuts the runs to train into groups.
 """
 
 import collections
@@ -52,8 +51,7 @@ def differing_keys(old: dict, new: dict) -> str:
 
 def saved_config(kind: experiment.Experiment, folder: pathlib.Path) -> dict | None:
   """The config.json of ``folder`` as the experiment reads it now (None: none, or damaged): a field
-  the experiment gained since the run was saved, absent from the file, counts at its default (which
-  is what the run trained with); a file the experiment cannot read any more is returned as it is."""
+  gained since, absent from the file, at its default; a file it cannot read any more as it is."""
   saved = run_folder.read_json(pathlib.Path(folder) / run_folder.CONFIG)
   try:
     return None if saved is None else experiment.as_dict(experiment.from_dict(kind, saved))
@@ -116,9 +114,8 @@ def plan(kind: experiment.Experiment, configs: Sequence[ml_collections.ConfigDic
     kind: the experiment of every config.
     configs: R configs.
     folders: R run folders (a folder named twice refuses both runs).
-    overwrite: for every run, or R, one each: 'none' (a folder of another config is
-      refused), 'changed' (it is cleared and trained again: a sweep's runs) or 'all' (the run
-      is cleared and trained again).
+    overwrite: for every run, or R, one each: 'none' (a folder of another config is refused),
+      'changed' (it is cleared and trained again: a sweep's runs) or 'all' (every run is).
 
   Returns:
     R ``RunPlan``s, in the order of ``configs``.
@@ -140,10 +137,9 @@ _PLAIN = re.compile(r'[A-Za-z0-9_][A-Za-z0-9_.,=+-]*')
 
 
 def folder_names(sweep: Sequence[dict], keys: Sequence[str]) -> list[str]:
-  """Each run's folder name in its sweep's workdir: ``key=value,...`` of its swept values
-  when that is a plain file name (letters, digits and ``_.,=+-``, at most 200 bytes),
-  else ``run-`` and a hash of it, so that every run folder is a child of the workdir
-  whatever the values (a value ``../../x`` names no other folder)."""
+  """Each run's folder name: ``key=value,...`` of its swept values where that is a plain file name
+  (letters, digits and ``_.,=+-``, at most 200 bytes), else ``run-`` and a hash of it, so that
+  every run folder is a child of the workdir (a value ``../../x`` names no other folder)."""
   names = []
   for overrides in sweep:
     name = ','.join(f'{k}={overrides[k]}' for k in keys) or 'run'
@@ -155,15 +151,14 @@ def folder_names(sweep: Sequence[dict], keys: Sequence[str]) -> list[str]:
 
 def jobs(kind: experiment.Experiment, plans: Sequence[RunPlan], max_group_size: int = 0,
          parts: int = 1) -> list[list[int]]:
-  """The runs to train (new, resume, changed), cut into jobs: lists of indices into
-  ``plans``, in the order they start.
+  """The runs to train (new, resume, changed) cut into jobs: lists of indices into ``plans``, in
+  the order they start.
 
-  The runs that share a group key and their checkpoint's step are cut into the fewest jobs of at
-  most ``max_group_size`` runs, or with 0 into ``parts`` jobs (fewer where they are fewer runs), so
-  that ``parts`` processes share the work evenly; a group's job sizes differ by at most one. Order:
-  the most work first, except that the first ``parts`` jobs (those that start together) are
-  different programs where there are enough, so that a program compiled by one process is read from
-  JAX's persistent compilation cache by the next that needs it.
+  Runs that share a group key and a checkpoint step are cut into the fewest jobs of at most
+  ``max_group_size`` runs, or with 0 into ``parts`` jobs (at most one a run), whose sizes differ
+  by at most one. Order: the most work first, but the first ``parts`` jobs (those that start
+  together) are different programs where there are enough, so that a program one process
+  compiled is read from JAX's persistent compilation cache by the next that needs it.
   """
   groups: dict[Any, list[int]] = {}
   for i, run in enumerate(plans):

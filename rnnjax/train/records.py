@@ -58,8 +58,7 @@ def cut_metrics(folder: pathlib.Path, step: int) -> list[dict]:
 
 
 def _tensorboardx() -> tuple[Any, Any, Any]:
-  """tensorboardX's writer, summaries and protos, imported without torch (which it imports,
-  where installed, only to recognise torch tensors: seconds of every process's start)."""
+  """tensorboardX's modules, imported without torch (seconds of every start, for its tensors)."""
   hide_torch = 'tensorboardX' not in sys.modules and 'torch' not in sys.modules
   if hide_torch:
     # `import torch` raises ImportError (None in sys.modules, which typeshed does not know)
@@ -75,9 +74,9 @@ def _tensorboardx() -> tuple[Any, Any, Any]:
 
 
 def tensorboard(folder: pathlib.Path, purge_step: int | None) -> Any:
-  """A new event file in ``<folder>/tensorboard``, written in the caller's thread (a full
-  disk raises in the run, OSError); ``purge_step``: TensorBoard drops the events of steps
-  >= it written before. Returns the writer (``write_scalars``, ``close()``)."""
+  """A new event file's writer (``write_scalars``, ``close()``) in ``<folder>/tensorboard``,
+  writing in the caller's thread (a full disk raises OSError in the run); TensorBoard drops the
+  events of steps >= ``purge_step`` written before."""
   event_file_writer, _, event_pb2 = _tensorboardx()
   logdir = pathlib.Path(folder) / run_folder.TENSORBOARD
   logdir.mkdir(parents=True, exist_ok=True)
@@ -105,16 +104,13 @@ def write_scalars(writer: Any, line: dict) -> None:
   writer.flush()
 
 
-def record_devices(folder: pathlib.Path, devices: str, step: int, group: str = ''
-                   ) -> str | None:
-  """Records that the run trains on ``devices`` and ``group`` (alone, or in a vmapped group of
-  how many runs) from ``step`` (0 forgets earlier starts). Returns a warning where a resumed
-  run moved to other devices or another grouping (its sums run in another order: its numbers
-  differ in the last digits from a run never moved), else None."""
+def record_devices(folder: pathlib.Path, devices: str, step: int, group: str = '') -> str | None:
+  """Records that the run trains on ``devices`` and in ``group`` (alone, or a vmapped group of N)
+  from ``step`` (0 forgets earlier starts); a warning where a resumed run moved to other devices
+  or grouping (its numbers then differ in the last digits from a run never moved), else None."""
   path = pathlib.Path(folder) / run_folder.DEVICES
-  starts = [entry for entry in run_folder.read_json(path, list) or []
-            if isinstance(entry, dict) and isinstance(entry.get('from_step'), int)
-            and entry['from_step'] < step]
+  starts = [entry for entry in run_folder.read_json(path, list) or [] if isinstance(entry, dict)
+            and isinstance(entry.get('from_step'), int) and entry['from_step'] < step]
   entry = {'from_step': step, 'devices': devices, **({'group': group} if group else {})}
   run_folder.write_json(path, starts + [entry])
   before = starts[-1] if starts else entry
@@ -124,5 +120,4 @@ def record_devices(folder: pathlib.Path, devices: str, step: int, group: str = '
   where = lambda start: ' '.join(('on ' if key == 'devices' else '') + str(start.get(key))
                                  for key in moved)
   return (f'{folder}: resumed at step {step} {where(entry)}; the steps before it ran '
-          f'{where(before)}, so its numbers differ in the last digits from a run that never '
-          'moved')
+          f'{where(before)}, so its numbers differ in the last digits from a run that never moved')

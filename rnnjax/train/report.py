@@ -95,9 +95,7 @@ def bound(dtype: str = 'float32') -> str:
 
 def _rows(runs: Sequence[dict], keys: Sequence[str], reported: Sequence[str],
           defaults: dict) -> list[dict]:
-  """One row per run (``write``'s ``runs``): folder, swept values, status, reported fields, the
-  profiles, its seconds (its share of its group's, and its own report's), commit and date, its seed
-  and its other fields that differ from ``defaults`` (flat); NaN where missing."""
+  """One row per run: the module docstring's columns and the config fields not at ``defaults``."""
   rows = []
   for run in runs:
     summary, timing = run['summary'] or {}, run['timing'] or {}
@@ -131,9 +129,7 @@ def _settings(rows: Sequence[dict], keys: Sequence[str]) -> list[list[dict]]:
 
 def _over_seeds(rows: list[dict], keys: Sequence[str], reported: Sequence[str],
                 budgets: Sequence[tuple[str, float]]) -> list[dict]:
-  """One row per combination of the swept keys but the seed (the module docstring): a
-  ``Rate`` for each yes/no field and each ``(field, budget)``, a ``Spread`` for each number
-  and each profile distance, over the seeds that ended."""
+  """One row per setting: a ``Rate`` of each yes/no field and budget, else a ``Spread``."""
   profiles = [c for c in dict.fromkeys(c for row in rows for c in row) if '_profile_k' in c]
   aggregated = []
   for members in _settings(rows, keys):
@@ -159,9 +155,7 @@ def _over_seeds(rows: list[dict], keys: Sequence[str], reported: Sequence[str],
 
 
 def _format(value: Any, underflow: str = '') -> str:
-  """A table cell: yes/no, '-' for NaN and None, ``underflow`` (a bound) for an exact 0 where given,
-  k/n (low-high) for a ``Rate``, median [q1, q3] for a ``Spread`` of several runs, and text
-  with the characters that would break a Markdown row (| and line ends) escaped."""
+  """A table cell: '-', a bound, k/n (low-high), median [q1, q3], yes/no or escaped text."""
   if value is None or (isinstance(value, float) and math.isnan(value)) or (
       isinstance(value, Rate) and not value.trials):
     return '-'
@@ -189,8 +183,7 @@ def _header(column: str, value: Any) -> str:
 
 
 def _markdown(rows: list[dict], heading: str, positive: Sequence[str] = ()) -> str:
-  """The rows as Markdown; each profile becomes one column of space-separated values (over
-  seeds: their medians); an exact 0 of a profile or a ``positive`` field prints as a bound."""
+  """The rows as Markdown, a profile one column, an exact 0 of ``positive`` fields a bound."""
   measured = {when: [k for k in PROFILE_DISTANCES
                      if any(f'{when}_profile_k{k}' in row for row in rows)]
               for when in ('first', 'final')}
@@ -220,8 +213,7 @@ def _markdown(rows: list[dict], heading: str, positive: Sequence[str] = ()) -> s
 
 
 def _flat(row: dict) -> dict:
-  """A row as CSV columns: a ``Rate`` as '<name> rate', 'yes', 'of', 'low', 'high', a
-  ``Spread`` as '<name> median', 'q1', 'q3', 'n'."""
+  """A row as CSV columns: '<name> rate|yes|of|low|high' of a Rate, 'median|q1|q3|n' of a Spread."""
   out: dict[str, Any] = {}
   for column, value in row.items():
     if isinstance(value, Rate):
@@ -273,9 +265,7 @@ def pyplot() -> Any:
 
 def _draw(path: pathlib.Path, panels: dict[str, list], xlabel: str, ylabel: str,
           log: str = '', title: str = '') -> None:
-  """One row of panels sharing y: ``panels`` maps a panel's title to its curves
-  ``(xs, ys, matplotlib style)`` or ``(xs, ys, style, (lows, highs))``, a band shaded
-  around the curve; ``log``: the axes ('x', 'y') on a log scale."""
+  """Panels sharing y: title -> curves ``(xs, ys, style[, (lows, highs)])``; ``log``: 'x', 'y'."""
   figure, axes = pyplot().subplots(1, len(panels), figsize=(4.5 * len(panels) + 1.5, 4.0),
                                     squeeze=False, sharey=True)
   for axis, (name, curves) in zip(axes[0], panels.items()):
@@ -298,9 +288,7 @@ def _draw(path: pathlib.Path, panels: dict[str, list], xlabel: str, ylabel: str,
 
 def _median_curve(xs: Sequence[float], series: list[list[float]], style: dict, band: bool,
                   positive: bool = False) -> list[tuple]:
-  """``_draw``'s curve of the median of ``series`` (each a run's values at ``xs``) with its
-  interquartile range shaded where ``band``, at the xs where the median is a finite positive
-  number where ``positive`` (a log axis); [] for none."""
+  """The median of ``series`` at ``xs``, its IQR the band (finite positive ones: ``positive``)."""
   points = [(x, s.median, s.q1, s.q3) for x, s in zip(xs, map(spread, zip(*series)))
             if not positive or (math.isfinite(s.median) and s.median > 0)]
   if not points:
@@ -311,8 +299,7 @@ def _median_curve(xs: Sequence[float], series: list[list[float]], style: dict, b
 
 def _plot_profiles(rows: list[dict], keys: Sequence[str], curve_key: str,
                    folder: pathlib.Path) -> None:
-  """The ``('profile', curve_key)`` plot, a panel per setting of the other swept keys (solid:
-  final params, dashed: the first step): ``gradient_profile.png``."""
+  """``gradient_profile.png``: a panel a setting (solid: the final params, dashed: step 1)."""
   panel_keys = [k for k in keys if k not in (curve_key, 'seed')]
   curves = list(dict.fromkeys(row[curve_key] for row in rows))
   panels: dict[str, list] = {}
@@ -364,8 +351,7 @@ def _plot_heatmaps(rows: list[dict], keys: Sequence[str], value: str, x: str,
 
 def _plot_rates(aggregated: list[dict], keys: Sequence[str], name: str,
                 budgets: Sequence[float], panel_key: str, folder: pathlib.Path) -> None:
-  """The ``('rate', name, budgets, panel_key)`` plot, a curve a setting with its 95% Wilson
-  interval shaded: ``rate_<name>.png``."""
+  """``rate_<name>.png``: a curve a setting, its 95% Wilson interval shaded."""
   panels: dict[str, list] = {}
   for row in aggregated:
     label = ', '.join(str(row[k]) for k in keys if k != panel_key)
@@ -392,8 +378,7 @@ def _plot_curves(runs: Sequence[dict], keys: Sequence[str], name: str,
 
 def _plot_points(rows: list[dict], y: str, x: str, series_key: str, panel_key: str,
                  folder: pathlib.Path) -> None:
-  """The ``('points', y, x, series_key, panel_key)`` plot (y on a log scale where every y is
-  positive; a run where either is not a finite number left out): ``points_<y>.png``."""
+  """``points_<y>.png``: y on a log scale where all are positive; runs without both left out."""
   panels: dict[str, dict[Any, list]] = {}
   for row in rows:
     try:

@@ -81,8 +81,7 @@ class Slurm:
 
   @staticmethod
   def queued() -> set[str] | None:
-    """The ids of the jobs and array tasks Slurm still holds (pending or running), or
-    None when squeue cannot be asked."""
+    """The ids of the jobs and array tasks Slurm still holds, or None where squeue cannot tell."""
     try:
       result = subprocess.run(['squeue', '-h', '-r', '-o', '%i'], capture_output=True,
                               text=True, timeout=60)

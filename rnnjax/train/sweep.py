@@ -1,16 +1,15 @@
 """A sweep: every run of a config's ``get_sweep()``, planned, trained in jobs, tabulated.
 
-Each run gets the folder ``<workdir>/<swept values>`` (``plan.folder_names``; ``runs.json``
-maps folder names to swept values). The runs are planned once (``plan.plan`` with overwrite
-'changed', or 'all' for the runs to overwrite): a run that ended with the same config is kept,
-one whose config changed trains again, one that did not end resumes, one that fails its checks
-fails before anything runs. Runs that differ only in values that change no program train as
-one vmapped group, cut into jobs for the executor (``executors``, found by name). One launcher
-per sweep folder (``<workdir>/.lock``). At the end the sweep writes the tables of what the run
-folders hold (``report.write``; a run whose folder has since trained another config is
-'replaced'), prints them and names each failed run's reason. From its first line to its last a
-signal (Ctrl-C, SIGTERM) stops it: no job starts after it, the running ones checkpoint, the
-tables of what ended are written, and it exits 128 + the signal's number.
+Each run gets the folder ``<workdir>/<swept values>`` (``plan.folder_names``; ``runs.json`` maps
+folder names to swept values). The runs are planned once (``plan.plan``, overwrite 'changed', or
+'all' for the runs to overwrite): a run that ended with the same config is kept, one whose config
+changed trains again, one that did not end resumes, one that fails its checks fails before
+anything runs. Runs that differ only in values that change no program train as one vmapped group,
+cut into jobs for the executor (``executors``). One launcher per sweep folder (its ``.lock``). At
+the end the sweep writes the tables of what the run folders hold (``report.write``; a run whose
+folder has since trained another config is 'replaced'), prints them and each failed run's reason.
+A signal (Ctrl-C, SIGTERM) at any moment stops it: no job starts after it, the running ones
+checkpoint, the tables of what ended are written, and it exits 128 + the signal's number.
 """
 
 import datetime
@@ -47,9 +46,8 @@ def swept_keys(sweep: list[dict]) -> list[str]:
 
 def run_configs(base: ConfigDict, sweep: list[dict], command_line: Mapping[str, Any],
                 config_path: str = 'the config') -> list[ConfigDict]:
-  """The config of every run: ``base`` (with the command line's fields set) and the run's
-  overrides, but for the fields the command line sets, which replace the values
-  ``get_sweep()`` gives every run alike.
+  """Each run's config: ``base`` (the command line's fields set) with the run's overrides but
+  those the command line sets (it replaces the values ``get_sweep()`` gives every run alike).
 
   Raises:
     SweepError: for a command-line field that ``get_sweep()`` varies (or one inside
@@ -107,18 +105,15 @@ def sweep(kind: experiment.Experiment, configs: list[ConfigDict], overrides: lis
     workdir: the sweep folder.
     command_line: the fields set for every run, named under the tables' heading.
     executor: the name of an executor in ``executors.EXECUTORS``.
-    overwrite: True: clear every run folder and train every run again; run folder names:
-      those runs alone.
-    max_group_size: most runs a job (0: each group cut into the executor's ``parts``;
-      1: every run alone).
+    overwrite: True: clear every run folder and train every run again; folder names: those.
+    max_group_size: most runs a job (0: each group cut into the executor's ``parts``).
     processes, threads_per_run, stall_seconds, options: ``executors.Settings``.
-    verbosity: absl's, of the jobs' logs (``job``'s module docstring): from 1, the INFO
-      lines of the libraries too.
-    received: the signals the command received before (SIGINT, SIGTERM); those to come are added.
+    verbosity: absl's, of the jobs' logs (``job``'s module docstring).
+    received: the signals the command received before; those to come are added.
 
   Returns:
     the exit status: 0, 1 when a run failed (each reason printed), 128 + the first signal's
-    number when one came (130 for SIGINT, 143 for SIGTERM).
+    number when one came.
 
   Raises:
     SweepError, run_folder.FolderInUse, OSError, ValueError (the executor's): before any run
@@ -140,8 +135,7 @@ def sweep(kind: experiment.Experiment, configs: list[ConfigDict], overrides: lis
     keys = swept_keys(overrides)
     overrides = [{key: _value(config, key) for key in dict.fromkeys([*values, *keys])}
                  for values, config in zip(overrides, configs)]  # as the configs hold them
-    names, modes, plans = _plan(kind, configs, overrides, keys, workdir, overwrite)
-    reasons = {i: run.reason for i, run in enumerate(plans) if run.action == 'refused'}
+    names, modes, plans, reasons = _plan(kind, configs, overrides, keys, workdir, overwrite)
     runners.append(executors.find(executor)(executors.Settings(
         workdir / '.jobs', processes, threads_per_run, stall_seconds, options or {})))
     if received:
@@ -174,9 +168,8 @@ def sweep(kind: experiment.Experiment, configs: list[ConfigDict], overrides: lis
 
 def _plan(kind: experiment.Experiment, configs: list[ConfigDict], overrides: list[dict],
           keys: list[str], workdir: pathlib.Path, overwrite: bool | Sequence[str]
-          ) -> tuple[list[str], list[str], list[planning.RunPlan]]:
-  """Each run's folder name, overwrite mode and plan (``plan.plan``), read-only; SweepError for two
-  runs of the same swept values, a run to overwrite that is not one, or every run refused."""
+          ) -> tuple[list[str], list[str], list[planning.RunPlan], dict[int, str]]:
+  """Each run's folder name, mode, plan and (refused) reason, read-only; SweepError for none."""
   names = planning.folder_names(overrides, keys)
   if len(set(names)) < len(names):
     twice = next(n for n in names if names.count(n) > 1)
@@ -197,7 +190,7 @@ def _plan(kind: experiment.Experiment, configs: list[ConfigDict], overrides: lis
         print(f'failed: {names[i]}: {why}', file=sys.stderr)
     raise SweepError('every run of the sweep fails its checks' + (
         f': {distinct.pop()}' if len(distinct) == 1 else '') + f'; {workdir} is left as it was')
-  return names, modes, plans
+  return names, modes, plans, reasons
 
 
 def _note(workdir: pathlib.Path, names: list[str], plans: list[planning.RunPlan]) -> None:
@@ -219,8 +212,7 @@ def _train(runner: executors.Executor, kind: experiment.Experiment,
            plans: list[planning.RunPlan], names: list[str], modes: list[str],
            groups: list[list[int]], verbosity: int, reasons: dict[int, str],
            statuses: dict[int, str], job_folder: pathlib.Path) -> None:
-  """Runs the jobs (``job``'s JSON objects) of ``groups`` of runs on ``runner`` under a
-  progress bar; a run that does not end gets its status (a failed one its reason)."""
+  """Runs ``groups``' jobs on ``runner`` under a progress bar, noting the runs that do not end."""
   where = provenance()
   jobs = [({'id': str(n), 'experiment': kind.name, 'overwrite': [modes[i] for i in group],
             'result': str((job_folder / f'{n}.result.json').absolute()),
@@ -268,8 +260,7 @@ def _train(runner: executors.Executor, kind: experiment.Experiment,
 def _tables(kind: experiment.Experiment, plans: list[planning.RunPlan],
             overrides: list[dict], names: list[str], keys: list[str], statuses: dict[int, str],
             workdir: pathlib.Path, command_line: dict | None) -> tuple[str, int]:
-  """Writes the sweep's tables (``report.write``; SweepError where it cannot); returns the
-  per-run table and how many runs have ended."""
+  """Writes the tables (SweepError where it cannot): the per-run table, how many runs ended."""
   runs = []
   for i, (run, values, name) in enumerate(zip(plans, overrides, names)):
     summary = run_folder.read_json(run.folder / run_folder.SUMMARY)

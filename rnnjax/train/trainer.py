@@ -169,9 +169,8 @@ class Programs:
 
   ``step(state, batch) -> state``: the vmapped group step (the module docstring's rule).
   ``measure(state, batch) -> (recurrent weights <float32>[R, H, H] (or [R] of NaN), profile
-  <float32>[R, len(PROFILE_DISTANCES)], largest Lyapunov exponent <float32>[R])`` on the
-  params and carry a step starts from. ``compiled`` compiles each once per batch shape and
-  adds the time to ``compile_seconds``.
+  <float32>[R, len(PROFILE_DISTANCES)], largest Lyapunov exponent <float32>[R])`` of the params
+  and carry a step starts from. ``compiled`` compiles each once a batch shape (``compile_seconds``).
   """
 
   def __init__(self, task: Task, config: ConfigDict):
@@ -193,8 +192,7 @@ class Programs:
 
 
 def _step_function(task: Task, config: ConfigDict) -> Callable:
-  """The group step ``step(state, batch) -> state`` of ``task.loss`` with the optimizer,
-  divergence rule and flossing of ``config``."""
+  """The group step of ``task.loss`` with ``config``'s optimizer, divergence rule and flossing."""
   update = optimizers.from_config(config).update
   judge_by_update = optimizers.handles_non_finite(config.clipping)
   flossing_steps, probe_fn = config.flossing_steps, task.probe
@@ -254,9 +252,7 @@ def _step_function(task: Task, config: ConfigDict) -> Callable:
 
 
 def _measure_function(task: Task, measure_lyapunov: bool) -> Callable:
-  """``measure(state, batch)`` (see ``Programs``). The spectral radius is solved on the
-  host from the weights (``host_spectral_radii``): a ``jax.pure_callback`` inside the
-  program deadlocks it over several CPU devices."""
+  """``Programs.measure``; rho is solved on the host (a pure_callback deadlocks CPU meshes)."""
   distances = diagnostics.PROFILE_DISTANCES
   nan = jnp.float32(jnp.nan)
 
@@ -278,17 +274,15 @@ def _measure_function(task: Task, measure_lyapunov: bool) -> Callable:
 
 
 def host_spectral_radii(weights: np.ndarray) -> np.ndarray:
-  """``<float32>[R]``: rho of each ``[H, H]`` of ``weights`` (host values, ``[R, H, H]``),
-  NaN for one with a NaN or an infinity; ``weights`` of shape ``[R]`` (no recurrent
-  weight) come back as they are."""
+  """``<float32>[R]``: rho of each ``[H, H]`` of host ``weights [R, H, H]``, NaN for one not
+  finite; ``weights`` of shape ``[R]`` (no recurrent weight) come back as they are."""
   weights = np.asarray(weights)
   if weights.ndim == 1:
     return weights.astype(np.float32)
   return np.array([initializers.host_spectral_radius(w) for w in weights], np.float32)
 
 
-def plateau(loss: float, last: float, decaying: bool, threshold: float
-            ) -> tuple[bool, bool]:
+def plateau(loss: float, last: float, decaying: bool, threshold: float) -> tuple[bool, bool]:
   """Mikolov's learning-rate rule at one validation check: ``(decaying, converged)`` after a
   check whose validation loss is ``loss`` where the last was ``last`` (NaN: none yet).
 
@@ -300,8 +294,7 @@ def plateau(loss: float, last: float, decaying: bool, threshold: float
     Mikolov (2012), "Statistical language models based on neural networks", PhD thesis,
     section 3.3 (the RNNLM toolkit's min_improvement, 1.003, and alpha_divide).
   """
-  enough = math.isnan(last) or (math.isfinite(loss) and loss * (1.0 + threshold) < last)
-  if enough:
+  if math.isnan(last) or (math.isfinite(loss) and loss * (1.0 + threshold) < last):
     return decaying, False
   return True, decaying
 
@@ -319,16 +312,14 @@ class Cadence(NamedTuple):
 
 
 def itstime(cadence: Cadence, step: int, steps: int) -> bool:
-  """Whether ``cadence``'s action is due at ``step`` (1 to ``steps``), as big_vision's
-  ``itstime``."""
+  """Whether ``cadence``'s action is due at ``step`` (1 to ``steps``), as big_vision's itstime."""
   return bool((cadence.every and step % cadence.every == 0) or (cadence.first and step == 1)
               or (cadence.last and step == steps))
 
 
 def cadences(task: Task, config: ConfigDict) -> dict[str, Cadence]:
-  """The loop's periodic actions, as data: 'validate' (a task with ``validate``), 'log' (also
-  at every validation), 'solved' (a task with ``solved``) and 'checkpoint' (also when every
-  run has stopped)."""
+  """The loop's periodic actions, as data ('log' also at every validation, 'checkpoint' also
+  once every run has stopped)."""
   return {'validate': Cadence(config.validate_every if task.validate else 0),
           'log': Cadence(config.log_every, first=True, last=True),
           'solved': Cadence(task.solved_every if task.solved else 0),
@@ -336,9 +327,7 @@ def cadences(task: Task, config: ConfigDict) -> dict[str, Cadence]:
 
 
 class _Group:
-  """A group's training but its loop: its placement, what it reads and writes (checkpoints,
-  metrics.jsonl, TensorBoard), the actions the loop takes at a step, and the seconds each
-  phase took (``charge``)."""
+  """A group's training but its loop: placement, checkpoints, metrics, actions, seconds."""
 
   def __init__(self, task: Task, configs: Sequence[ConfigDict],
                folders: Sequence[pathlib.Path] | None, writer: bool, programs: Programs):
@@ -357,8 +346,7 @@ class _Group:
     self.mark = now
 
   def start(self, state: TrainState) -> tuple[TrainState, int]:
-    """The state placed on the devices, restored from the runs' checkpoints where there are
-    any, and the step it is at; opens the checkpoints and the writers."""
+    """The state on the devices, restored from checkpoints, and its step; opens the writers."""
     resumed = 0
     if self.paths:
       self.stores = [checkpoints.manager(folder) for folder in self.paths]
@@ -391,9 +379,7 @@ class _Group:
     return bool(np.all(devices.to_host(state.stopped)))
 
   def step(self, state: TrainState, step: int, due: dict[str, bool]) -> tuple[TrainState, bool]:
-    """Step ``step`` (the module docstring's rule) and the actions ``due`` at it but the
-    checkpoint (measure the params and carry it starts from, then ``act``); returns the state
-    and whether every run has stopped (at most at such an action)."""
+    """Step ``step`` and its ``due`` actions but the checkpoint: (state, all stopped)."""
     batch = devices.place_batch(self.where, self.task.batch(step))
     self.charge('train_steps')
     step_executable = self.programs.compiled('step', state, batch)
@@ -438,13 +424,10 @@ class _Group:
 
   def act(self, state: TrainState, step: int, due: dict[str, bool], measured: tuple | None
           ) -> TrainState:
-    """The actions ``due`` after ``step`` on each going run, in order: validate it, log its
-    line (``train``'s docstring; the interval starts anew), stop it where ``task.solved``
-    says solved, and follow ``plateau`` (its learning rate, decay and stop)."""
+    """Validates each going run, logs it, stops the solved and follows ``plateau``, in order."""
     hyper = dict(state.opt_state.hyperparams)
     stopped, last, decaying, converged, rate = (np.array(a) for a in devices.to_host((
-        state.stopped, state.validation, state.decaying, state.converged,
-        hyper['learning_rate'])))
+        state.stopped, state.validation, state.decaying, state.converged, hyper['learning_rate'])))
     going = [i for i in range(self.runs) if not stopped[i]]
     params = unstack(devices.to_host(state.params), self.runs) if (
         due['validate'] or due['solved']) else []
@@ -502,8 +485,7 @@ class _Group:
                + (f'  skipped {line["skipped"]}' if line['skipped'] else ''))
 
   def finish(self, state: TrainState, step: int) -> tuple[list, list[dict], dict[str, float]]:
-    """``train``'s return value, the final params measured on the batch of ``step``; closes
-    the checkpoints and the writers."""
+    """``train``'s return value (the params measured on ``step``'s batch); closes the writers."""
     jax.block_until_ready(state)
     self.charge('train_steps')
     final = (np.full((self.runs,), np.nan, np.float32),
@@ -532,8 +514,7 @@ class _Group:
               'final_learning_rate': float(host.opt_state.hyperparams['learning_rate'][i])}
              if validated else {}),
           'skipped_steps': int(totals['skipped_steps']),
-          'clipped_fraction': (0.0 if math.isnan(totals['clipped_fraction'])
-                               else totals['clipped_fraction']),
+          'clipped_fraction': float(np.nan_to_num(totals['clipped_fraction'])),  # no step: 0
           'max_grad_norm': totals['max_grad_norm'],
           'train_loss': last.get('loss', math.nan), 'loss_unit': self.task.loss_unit,
           **({'train_loss_nats': last.get('loss', math.nan),
@@ -564,8 +545,7 @@ def train(task: Task, configs: Sequence[ConfigDict], folders: Sequence[pathlib.P
 
   Args:
     task: the experiment's ``Task``.
-    configs: R configs of one group (the first gives steps, log_every,
-      checkpoint_every, on_divergence and the optimizer chain).
+    configs: R configs of one group (the first gives steps, cadences and the optimizer chain).
     folders: R run folders, locked and prepared; None: nothing is read or written.
     writer: whether this process writes metrics and TensorBoard (process 0).
     stop_requested: called after every step; True: checkpoint and raise ``Interrupted``.
@@ -583,8 +563,7 @@ def train(task: Task, configs: Sequence[ConfigDict], folders: Sequence[pathlib.P
 
   Raises:
     Interrupted: when ``stop_requested`` said so (after checkpointing).
-    checkpoints.CheckpointError: a checkpoint that cannot be read for a reason
-      other than damage (one line naming the file and the cause).
+    checkpoints.CheckpointError: a checkpoint unreadable for a reason other than damage.
   """
   first = configs[0]
   programs = programs or Programs(task, first)
