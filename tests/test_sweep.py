@@ -661,8 +661,7 @@ def test_the_last_events_of_a_job_written_at_once_end_it_at_once(tmp_path, monke
                   '{"job": "0", "event": "ended"}\\n\'\nread more\n')
   fake.chmod(0o755)
   monkeypatch.setattr(sys, 'executable', str(fake))
-  local = executors.find('local')(executors.Settings(tmp_path / 'jobs', 1, 1, 2.0),
-                                  grace_seconds=1.0)
+  local = executors.find('local')(executors.Settings(tmp_path / 'jobs', 1, 1, 2.0))
   said, ended = [], []
   job = {'id': '0', 'result': str(tmp_path / 'jobs' / '0.result.json'),
          'runs': [{'folder': str(tmp_path / 'run'), 'config': {}}]}
@@ -683,8 +682,7 @@ def test_a_jobs_result_comes_with_its_ended_event_which_a_full_disk_cannot_lose(
                   + '\nEOF\nread more\n')
   fake.chmod(0o755)
   monkeypatch.setattr(sys, 'executable', str(fake))
-  local = executors.find('local')(executors.Settings(tmp_path / 'jobs', 1, 1, 2.0),
-                                  grace_seconds=1.0)
+  local = executors.find('local')(executors.Settings(tmp_path / 'jobs', 1, 1, 2.0))
   ended = []
   job = {'id': '0', 'result': str(tmp_path / 'jobs' / '0.result.json'),
          'runs': [{'folder': str(tmp_path / 'run'), 'config': {}}]}

@@ -30,7 +30,7 @@ class Settings(NamedTuple):
   folder: pathlib.Path  # the sweep's job folder (<workdir>/.jobs): result files, logs
   processes: int = 0  # --processes: jobs at a time on this machine (0: one per core)
   threads_per_run: int = 0  # --threads_per_run: cores of each (0: the cores / processes)
-  stall_seconds: float = 1800.0  # --stall_minutes: a job silent this long is killed
+  stall_seconds: float = 1800.0  # --stall_minutes: a job silent this long is named, then killed
   options: Mapping[str, Any] = {}  # its own --NAME.FIELD values (its ``OPTIONS``)
 
 

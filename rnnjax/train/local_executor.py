@@ -3,7 +3,7 @@
 One worker (``python -m rnnjax.train.job``) per ``threads_per_run`` cores, at most
 ``processes``, each pinned to its cores and killed with the launcher (Linux's parent-death
 signal), runs its jobs one after another. A job that sends no event for ``stall_seconds`` is
-named, and killed ``grace_seconds`` later.
+named, and killed a tenth of that later unless it sends one meanwhile.
 """
 
 import concurrent.futures
@@ -29,7 +29,7 @@ class Local:
   """Worker processes on this machine, --processes at a time, --threads_per_run cores each."""
   OPTIONS: dict = {}
 
-  def __init__(self, settings: executors.Settings, grace_seconds: float = 60.0):
+  def __init__(self, settings: executors.Settings):
     cores = sorted(os.sched_getaffinity(0))
     threads = settings.threads_per_run or max(1, len(cores) // (settings.processes or len(cores)))
     processes = settings.processes or max(1, len(cores) // threads)
@@ -38,7 +38,7 @@ class Local:
                        f'cores, got {processes} x {threads}')
     self.parts, self.where = processes, f'on {processes} process(es) x {threads} core(s)'
     self.job_folder = pathlib.Path(settings.folder)
-    self.stall_seconds, self.grace_seconds = settings.stall_seconds, grace_seconds
+    self.stall_seconds, self.grace_seconds = settings.stall_seconds, settings.stall_seconds / 10
     self.slots: queue.Queue[tuple[int, ...]] = queue.Queue()
     for i in range(processes):
       self.slots.put(tuple(cores[i * threads:(i + 1) * threads]))
