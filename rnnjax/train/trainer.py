@@ -16,7 +16,7 @@ A step that is not finite is never applied (params are always the last finite on
 there. A task with ``solved`` stops a run once solved (checked every ``solved_every`` steps);
 one with ``validate`` is scored on held-out data every ``validate_every`` steps, its learning
 rate following the validation loss by Mikolov's rule (``plateau``) where ``plateau_decay`` < 1.
-The loop's periodic actions are data (``cadences``, ``itstime``). ``task.batch(t)`` is a
+The loop's periodic actions are due by one rule (``cadences``). ``task.batch(t)`` is a
 function of t alone and the carry and key are checkpointed, so a run killed at any moment and
 rerun gives the same params, metrics and summary, bit for bit.
 """
@@ -42,8 +42,8 @@ from rnnjax.train import optimizers
 from rnnjax.train import records
 from rnnjax.train import run_folder
 
-__all__ = ['Task', 'TrainState', 'Interrupted', 'Programs', 'Cadence', 'initial_state', 'train',
-           'cadences', 'itstime', 'plateau', 'host_spectral_radii', 'unstack', 'LOGGED', 'TOTALS']
+__all__ = ['Task', 'TrainState', 'Interrupted', 'Programs', 'initial_state', 'train', 'cadences',
+           'plateau', 'host_spectral_radii', 'unstack', 'LOGGED', 'TOTALS']
 
 
 class Task(NamedTuple):
@@ -304,26 +304,17 @@ def _profile(values: np.ndarray) -> dict[str, float]:
           if not math.isnan(v)}
 
 
-class Cadence(NamedTuple):
-  """When a periodic action of the loop is due (``itstime``)."""
-  every: int  # steps between two (0: only at the steps below)
-  first: bool = False  # also at step 1
-  last: bool = False  # also at the last step
-
-
-def itstime(cadence: Cadence, step: int, steps: int) -> bool:
-  """Whether ``cadence``'s action is due at ``step`` (1 to ``steps``), as big_vision's itstime."""
-  return bool((cadence.every and step % cadence.every == 0) or (cadence.first and step == 1)
-              or (cadence.last and step == steps))
-
-
-def cadences(task: Task, config: ConfigDict) -> dict[str, Cadence]:
-  """The loop's periodic actions, as data ('log' also at every validation, 'checkpoint' also
-  once every run has stopped)."""
-  return {'validate': Cadence(config.validate_every if task.validate else 0),
-          'log': Cadence(config.log_every, first=True, last=True),
-          'solved': Cadence(task.solved_every if task.solved else 0),
-          'checkpoint': Cadence(config.checkpoint_every, last=True)}
+def cadences(task: Task, config: ConfigDict, step: int) -> dict[str, bool]:
+  """The loop's periodic actions due at ``step`` (1 to ``config.steps``), as big_vision's
+  itstime: 'validate' every ``validate_every`` steps, 'log' at step 1, every ``log_every``, at
+  every validation and at the last step, 'solved' every ``task.solved_every``, 'checkpoint'
+  every ``checkpoint_every`` and at the last step (``train`` also once every run has stopped)."""
+  every = lambda period: bool(period) and step % period == 0
+  last = step == config.steps
+  validate = every(config.validate_every if task.validate else 0)
+  return {'validate': validate, 'log': validate or step == 1 or every(config.log_every) or last,
+          'solved': every(task.solved_every if task.solved else 0),
+          'checkpoint': every(config.checkpoint_every) or last}
 
 
 class _Group:
@@ -570,12 +561,10 @@ def train(task: Task, configs: Sequence[ConfigDict], folders: Sequence[pathlib.P
   state = initial_state(task, configs)
   group = _Group(task, configs, folders, writer, programs)
   state, step = group.start(state)
-  periodic = cadences(task, first)
   all_stopped = bool(step) and group.stopped(state)
   while step < first.steps and not all_stopped:
     step += 1
-    due = {name: itstime(cadence, step, first.steps) for name, cadence in periodic.items()}
-    due['log'] = due['log'] or due['validate']
+    due = cadences(task, first, step)
     state, all_stopped = group.step(state, step, due)
     if due['checkpoint'] or all_stopped:
       group.save(state, step)
