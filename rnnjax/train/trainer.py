@@ -43,7 +43,7 @@ from rnnjax.train import records
 from rnnjax.train import run_folder
 
 __all__ = ['Task', 'TrainState', 'Interrupted', 'Programs', 'initial_state', 'train', 'cadences',
-           'plateau', 'host_spectral_radii', 'unstack', 'LOGGED', 'TOTALS']
+           'plateau', 'host_spectral_radii', 'LOGGED', 'TOTALS']
 
 
 class Task(NamedTuple):
@@ -130,7 +130,7 @@ def _stack(trees: Sequence[Any]) -> Any:
   return jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *trees)
 
 
-def unstack(tree: Any, count: int) -> list:
+def _unstack(tree: Any, count: int) -> list:
   """The R pytrees of a pytree whose leaves have a leading run axis."""
   return [jax.tree_util.tree_map(lambda leaf, i=i: leaf[i], tree) for i in range(count)]
 
@@ -420,7 +420,7 @@ class _Group:
     stopped, last, decaying, converged, rate = (np.array(a) for a in devices.to_host((
         state.stopped, state.validation, state.decaying, state.converged, hyper['learning_rate'])))
     going = [i for i in range(self.runs) if not stopped[i]]
-    params = unstack(devices.to_host(state.params), self.runs) if (
+    params = _unstack(devices.to_host(state.params), self.runs) if (
         due['validate'] or due['solved']) else []
     validation: dict[int, float] = {}
     if due['validate']:
@@ -518,7 +518,7 @@ class _Group:
                                               else float(final[2][i])),
           'final_profile': _profile(final[1][i]),
       })
-    return unstack(host.params, self.runs), out, self.seconds
+    return _unstack(host.params, self.runs), out, self.seconds
 
 
 def train(task: Task, configs: Sequence[ConfigDict], folders: Sequence[pathlib.Path] | None = None,
@@ -557,10 +557,8 @@ def train(task: Task, configs: Sequence[ConfigDict], folders: Sequence[pathlib.P
     checkpoints.CheckpointError: a checkpoint unreadable for a reason other than damage.
   """
   first = configs[0]
-  programs = programs or Programs(task, first)
-  state = initial_state(task, configs)
-  group = _Group(task, configs, folders, writer, programs)
-  state, step = group.start(state)
+  group = _Group(task, configs, folders, writer, programs or Programs(task, first))
+  state, step = group.start(initial_state(task, configs))
   all_stopped = bool(step) and group.stopped(state)
   while step < first.steps and not all_stopped:
     step += 1
