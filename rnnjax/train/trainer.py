@@ -47,8 +47,7 @@ __all__ = ['Task', 'TrainState', 'Interrupted', 'Programs', 'initial_state', 'tr
 
 
 class Task(NamedTuple):
-  """What an experiment gives the trainer: data, model and loss. ``batch`` is a function of
-  the step alone, the same for every run of a group; a run's randomness comes from its key."""
+  """An experiment's data, model and loss; ``batch`` is the same for every run of a group."""
   init: Callable  # init(config, key) -> params pytree of one run
   loss: Callable  # loss(params, carry, batch, key) -> (<float32>[] in loss_unit, carry)
   batch: Callable  # batch(step >= 1) -> pytree of numpy arrays
@@ -305,10 +304,9 @@ def _profile(values: np.ndarray) -> dict[str, float]:
 
 
 def cadences(task: Task, config: ConfigDict, step: int) -> dict[str, bool]:
-  """The loop's periodic actions due at ``step`` (1 to ``config.steps``), as big_vision's
-  itstime: 'validate' every ``validate_every`` steps, 'log' at step 1, every ``log_every``, at
-  every validation and at the last step, 'solved' every ``task.solved_every``, 'checkpoint'
-  every ``checkpoint_every`` and at the last step (``train`` also once every run has stopped)."""
+  """Which of the loop's actions 'validate', 'log', 'solved' and 'checkpoint' are due at ``step``
+  (1 to ``config.steps``), as big_vision's itstime: each every its ``*_every`` steps (0: never),
+  'log' also at step 1, every validation and the last step, 'checkpoint' also at the last."""
   every = lambda period: bool(period) and step % period == 0
   last = step == config.steps
   validate = every(config.validate_every if task.validate else 0)
