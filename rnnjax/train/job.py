@@ -137,9 +137,7 @@ def setup_process(signals: Sequence[int] = (signal.SIGTERM, signal.SIGUSR2, sign
 
 
 def failure(error: BaseException) -> tuple[str, str] | None:
-  """The exit kind and one-line reason of an error a job ends with, or None for a bug (it
-  keeps its traceback). A full disk (ENOSPC, EDQUOT) says to free space and run again, too
-  many open files (EMFILE, ENFILE) to raise ``ulimit -n`` (the errno: ``run_folder.errno_of``)."""
+  """The exit kind and one-line reason of an error a job ends with; None: a bug (traceback kept)."""
   from rnnjax.data import corpora
   from rnnjax.train import checkpoints
   text = ' '.join(str(error).split()) or type(error).__name__
