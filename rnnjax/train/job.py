@@ -41,10 +41,8 @@ from rnnjax.train import harness
 from rnnjax.train import run_folder
 from rnnjax.train import trainer
 
-__all__ = ['setup_process', 'keep_freed_memory', 'run_job', 'failure', 'serve',
-           'COMPILATION_CACHE_VARIABLE', 'LIBRARIES']
+__all__ = ['setup_process', 'keep_freed_memory', 'run_job', 'failure', 'serve', 'LIBRARIES']
 
-COMPILATION_CACHE_VARIABLE = 'RNNJAX_COMPILATION_CACHE'
 LIBRARIES = ('orbax', 'absl', 'jax', 'jaxlib', 'flax', 'tensorstore')
 """The packages whose INFO lines a job's logs leave out (below ``--verbosity=1``)."""
 DISTRIBUTED_VARIABLES = ('RNNJAX_COORDINATOR', 'RNNJAX_NUM_PROCESSES', 'RNNJAX_PROCESS_ID')
@@ -119,7 +117,7 @@ def setup_process(signals: Sequence[int] = (signal.SIGTERM, signal.SIGUSR2, sign
       default_hook(unraisable)
   sys.unraisablehook = hook
   keep_freed_memory()
-  cache = os.environ.get(COMPILATION_CACHE_VARIABLE,
+  cache = os.environ.get('RNNJAX_COMPILATION_CACHE',
                          str(pathlib.Path.home() / '.cache' / 'rnnjax' / 'xla'))
   if cache:
     jax.config.update('jax_compilation_cache_dir', cache)
@@ -139,9 +137,7 @@ def setup_process(signals: Sequence[int] = (signal.SIGTERM, signal.SIGUSR2, sign
 
 
 def failure(error: BaseException) -> tuple[str, str] | None:
-  """The exit kind and one-line reason of an error a job ends with, or None for a bug (it
-  keeps its traceback). A full disk (ENOSPC, EDQUOT) says to free space and run again, too
-  many open files (EMFILE, ENFILE) to raise ``ulimit -n`` (the errno: ``run_folder.errno_of``)."""
+  """The exit kind and one-line reason of an error a job ends with; None: a bug (traceback kept)."""
   from rnnjax.data import corpora
   from rnnjax.train import checkpoints
   text = ' '.join(str(error).split()) or type(error).__name__
@@ -262,12 +258,8 @@ def serve(jobs: Iterable[str], events: BinaryIO) -> int:
   return 0
 
 
-def main() -> None:
+if __name__ == '__main__':
   events = os.fdopen(os.dup(sys.stdout.fileno()), 'wb')
   os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # prints go to stderr, not the events
   logging.use_absl_handler()
   sys.exit(serve(sys.stdin, events))
-
-
-if __name__ == '__main__':
-  main()

@@ -16,7 +16,7 @@ A step that is not finite is never applied (params are always the last finite on
 there. A task with ``solved`` stops a run once solved (checked every ``solved_every`` steps);
 one with ``validate`` is scored on held-out data every ``validate_every`` steps, its learning
 rate following the validation loss by Mikolov's rule (``plateau``) where ``plateau_decay`` < 1.
-The loop's periodic actions are data (``cadences``, ``itstime``). ``task.batch(t)`` is a
+The loop's periodic actions are due by one rule (``cadences``). ``task.batch(t)`` is a
 function of t alone and the carry and key are checkpointed, so a run killed at any moment and
 rerun gives the same params, metrics and summary, bit for bit.
 """
@@ -42,13 +42,12 @@ from rnnjax.train import optimizers
 from rnnjax.train import records
 from rnnjax.train import run_folder
 
-__all__ = ['Task', 'TrainState', 'Interrupted', 'Programs', 'Cadence', 'initial_state', 'train',
-           'cadences', 'itstime', 'plateau', 'host_spectral_radii', 'unstack', 'LOGGED', 'TOTALS']
+__all__ = ['Task', 'TrainState', 'Interrupted', 'Programs', 'initial_state', 'train', 'cadences',
+           'plateau', 'host_spectral_radii', 'LOGGED', 'TOTALS']
 
 
 class Task(NamedTuple):
-  """What an experiment gives the trainer: data, model and loss. ``batch`` is a function of
-  the step alone, the same for every run of a group; a run's randomness comes from its key."""
+  """An experiment's data, model and loss; ``batch`` is the same for every run of a group."""
   init: Callable  # init(config, key) -> params pytree of one run
   loss: Callable  # loss(params, carry, batch, key) -> (<float32>[] in loss_unit, carry)
   batch: Callable  # batch(step >= 1) -> pytree of numpy arrays
@@ -130,7 +129,7 @@ def _stack(trees: Sequence[Any]) -> Any:
   return jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *trees)
 
 
-def unstack(tree: Any, count: int) -> list:
+def _unstack(tree: Any, count: int) -> list:
   """The R pytrees of a pytree whose leaves have a leading run axis."""
   return [jax.tree_util.tree_map(lambda leaf, i=i: leaf[i], tree) for i in range(count)]
 
@@ -304,26 +303,16 @@ def _profile(values: np.ndarray) -> dict[str, float]:
           if not math.isnan(v)}
 
 
-class Cadence(NamedTuple):
-  """When a periodic action of the loop is due (``itstime``)."""
-  every: int  # steps between two (0: only at the steps below)
-  first: bool = False  # also at step 1
-  last: bool = False  # also at the last step
-
-
-def itstime(cadence: Cadence, step: int, steps: int) -> bool:
-  """Whether ``cadence``'s action is due at ``step`` (1 to ``steps``), as big_vision's itstime."""
-  return bool((cadence.every and step % cadence.every == 0) or (cadence.first and step == 1)
-              or (cadence.last and step == steps))
-
-
-def cadences(task: Task, config: ConfigDict) -> dict[str, Cadence]:
-  """The loop's periodic actions, as data ('log' also at every validation, 'checkpoint' also
-  once every run has stopped)."""
-  return {'validate': Cadence(config.validate_every if task.validate else 0),
-          'log': Cadence(config.log_every, first=True, last=True),
-          'solved': Cadence(task.solved_every if task.solved else 0),
-          'checkpoint': Cadence(config.checkpoint_every, last=True)}
+def cadences(task: Task, config: ConfigDict, step: int) -> dict[str, bool]:
+  """Which of the loop's actions 'validate', 'log', 'solved' and 'checkpoint' are due at ``step``
+  (1 to ``config.steps``), as big_vision's itstime: each every its ``*_every`` steps (0: never),
+  'log' also at step 1, every validation and the last step, 'checkpoint' also at the last."""
+  every = lambda period: bool(period) and step % period == 0
+  last = step == config.steps
+  validate = every(config.validate_every if task.validate else 0)
+  return {'validate': validate, 'log': validate or step == 1 or every(config.log_every) or last,
+          'solved': every(task.solved_every if task.solved else 0),
+          'checkpoint': every(config.checkpoint_every) or last}
 
 
 class _Group:
@@ -429,7 +418,7 @@ class _Group:
     stopped, last, decaying, converged, rate = (np.array(a) for a in devices.to_host((
         state.stopped, state.validation, state.decaying, state.converged, hyper['learning_rate'])))
     going = [i for i in range(self.runs) if not stopped[i]]
-    params = unstack(devices.to_host(state.params), self.runs) if (
+    params = _unstack(devices.to_host(state.params), self.runs) if (
         due['validate'] or due['solved']) else []
     validation: dict[int, float] = {}
     if due['validate']:
@@ -527,7 +516,7 @@ class _Group:
                                               else float(final[2][i])),
           'final_profile': _profile(final[1][i]),
       })
-    return unstack(host.params, self.runs), out, self.seconds
+    return _unstack(host.params, self.runs), out, self.seconds
 
 
 def train(task: Task, configs: Sequence[ConfigDict], folders: Sequence[pathlib.Path] | None = None,
@@ -566,16 +555,12 @@ def train(task: Task, configs: Sequence[ConfigDict], folders: Sequence[pathlib.P
     checkpoints.CheckpointError: a checkpoint unreadable for a reason other than damage.
   """
   first = configs[0]
-  programs = programs or Programs(task, first)
-  state = initial_state(task, configs)
-  group = _Group(task, configs, folders, writer, programs)
-  state, step = group.start(state)
-  periodic = cadences(task, first)
+  group = _Group(task, configs, folders, writer, programs or Programs(task, first))
+  state, step = group.start(initial_state(task, configs))
   all_stopped = bool(step) and group.stopped(state)
   while step < first.steps and not all_stopped:
     step += 1
-    due = {name: itstime(cadence, step, first.steps) for name, cadence in periodic.items()}
-    due['log'] = due['log'] or due['validate']
+    due = cadences(task, first, step)
     state, all_stopped = group.step(state, step, due)
     if due['checkpoint'] or all_stopped:
       group.save(state, step)
