@@ -33,13 +33,10 @@ class Check(NamedTuple):
   test: Callable[[Any], bool]
 
 
-def _is_int(value: Any) -> bool:
-  return isinstance(value, int) and not isinstance(value, bool)
-
-
 def integer(low: int) -> Check:
   """An int >= ``low``."""
-  return Check(f'an int >= {low}', lambda v: _is_int(v) and v >= low)
+  return Check(f'an int >= {low}', lambda v: isinstance(v, int) and not isinstance(v, bool)
+               and v >= low)
 
 
 def number(low: float = 0.0, strict: bool = False, high: float = math.inf) -> Check:
@@ -64,7 +61,7 @@ class Field(NamedTuple):
 
 TRAINER_FIELDS = {
     'seed': Field(0, Check('an int < 2**32 (a larger seed gives the key of seed % 2**32)',
-                           lambda v: _is_int(v) and 0 <= v < 2**32),
+                           lambda v: integer(0).test(v) and v < 2**32),
                   'init, data order, dropout: one seed fixes a run'),
     'steps': Field(1000, integer(1), 'training steps (updates)'),
     'optimizer': Field('sgd', one_of(sorted(optimizers.OPTIMIZERS)),
@@ -90,8 +87,8 @@ TRAINER_FIELDS = {
                     'over several devices: split the batch (data) or the runs'),
     'validate_every': Field(0, integer(0), 'steps between validation checks (0: none; a task '
                             'with a validation set)'),
-    'plateau_decay': Field(1.0, Check('a value in (0, 1]', lambda v: isinstance(v, (int, float))
-                                      and not isinstance(v, bool) and 0 < v <= 1),
+    'plateau_decay': Field(1.0, Check('a value in (0, 1]',
+                                      lambda v: number(0.0, strict=True).test(v) and v <= 1),
                            'the learning rate times this at each validation check from the '
                            'first that improved by less than plateau_threshold; the next such '
                            "check ends the run (Mikolov's RNNLM: 0.5; 1: off)"),
@@ -244,17 +241,15 @@ def locate(config: ml_collections.ConfigDict, name: str) -> tuple:
   for depth, part in enumerate(parts):
     fields = list(holder.keys()) if isinstance(holder, ml_collections.ConfigDict) else []
     if part not in fields:
-      if not isinstance(holder, ml_collections.ConfigDict):
-        hint = f' (config.{".".join(parts[:depth])} is {holder!r}, which has no fields)'
-      else:
-        close = difflib.get_close_matches(part, fields, n=1)
-        hint = (f'; did you mean {".".join(parts[:depth] + close[:1])}?' if close
-                else f'; the fields are {fields}')
+      close = difflib.get_close_matches(part, fields, n=1)
+      hint = (f' (config.{".".join(parts[:depth])} is {holder!r}, which has no fields)'
+              if not isinstance(holder, ml_collections.ConfigDict)
+              else f'; did you mean {".".join(parts[:depth] + close)}?' if close
+              else f'; the fields are {fields}')
       raise ValueError(f'config.{name}: the config has no field '
                        f'{".".join(parts[:depth + 1])!r}{hint}')
-    if depth < len(parts) - 1:
-      holder = holder[part]
-  return holder, parts[-1]
+    parent, holder = holder, holder[part]
+  return parent, parts[-1]
 
 
 def override(config: ml_collections.ConfigDict, values: Mapping[str, Any]

@@ -172,10 +172,8 @@ def jobs(kind: experiment.Experiment, plans: Sequence[RunPlan], max_group_size: 
     cut += [((key[0] if max_group_size != 1 else key, end - start), members[start:end])
             for start, end in zip(edges, edges[1:])]
   cut.sort(key=lambda job: -sum(kind.work(plans[i].config) * plans[i].config.steps for i in job[1]))
-  first: list[int] = []
-  programs = set()
+  firsts: dict[Any, int] = {}  # each program's first job
   for n, (program, _) in enumerate(cut):
-    if len(first) < parts and program not in programs:
-      first.append(n)
-      programs.add(program)
+    firsts.setdefault(program, n)
+  first = list(firsts.values())[:parts]
   return [cut[n][1] for n in first + [n for n in range(len(cut)) if n not in first]]

@@ -173,15 +173,6 @@ def _format(value: Any, underflow: str = '') -> str:
   return ' '.join(str(value).replace('|', '\\|').splitlines())
 
 
-def _header(column: str, value: Any) -> str:
-  """A column's name in a Markdown table, saying what a statistic over seeds holds."""
-  if isinstance(value, Rate) and ' <= ' not in column:  # a budget's column says it itself
-    return f'{column}: k of n (95% CI)'
-  if isinstance(value, Spread):
-    return f'{column}: median [IQR]'
-  return column
-
-
 def _markdown(rows: list[dict], heading: str, positive: Sequence[str] = ()) -> str:
   """The rows as Markdown, a profile one column, an exact 0 of ``positive`` fields a bound."""
   measured = {when: [k for k in PROFILE_DISTANCES
@@ -194,7 +185,10 @@ def _markdown(rows: list[dict], heading: str, positive: Sequence[str] = ()) -> s
     cell = {}
     for column, value in row.items():
       if '_profile_k' not in column:
-        names.setdefault(column, _header(column, value))
+        # a statistic over seeds says what it holds (a budget's column says it itself)
+        names.setdefault(column, column + (
+            ': k of n (95% CI)' if isinstance(value, Rate) and ' <= ' not in column
+            else ': median [IQR]' if isinstance(value, Spread) else ''))
         cell[column] = _format(value, bound(dtype) if column in positive else '')
     for when, where in (('first', 'at the first step'), ('final', 'of the final params')):
       values = [row.get(f'{when}_profile_k{k}', math.nan) for k in measured[when]]
@@ -212,26 +206,22 @@ def _markdown(rows: list[dict], heading: str, positive: Sequence[str] = ()) -> s
   return '\n'.join(lines) + '\n'
 
 
-def _flat(row: dict) -> dict:
-  """A row as CSV columns: '<name> rate|yes|of|low|high' of a Rate, 'median|q1|q3|n' of a Spread."""
-  out: dict[str, Any] = {}
-  for column, value in row.items():
-    if isinstance(value, Rate):
-      value = {'rate': value.successes / value.trials if value.trials else math.nan,
-               'yes': value.successes, 'of': value.trials, 'low': value.low, 'high': value.high}
-    elif isinstance(value, Spread):
-      value = dict(zip(('median', 'q1', 'q3', 'n'), value))
-    out.update({f'{column} {part}': v for part, v in value.items()}
-               if isinstance(row[column], (Rate, Spread)) else {column: value})
-  return out
-
-
 def _csv(rows: list[dict]) -> str:
-  rows = [_flat(row) for row in rows]
+  """The rows as CSV: '<name> rate|yes|of|low|high' of a Rate, 'median|q1|q3|n' of a Spread."""
+  flat: list[dict[str, Any]] = [{} for _ in rows]
+  for row, cells in zip(rows, flat):
+    for column, value in row.items():
+      if isinstance(value, Rate):
+        value = {'rate': value.successes / value.trials if value.trials else math.nan,
+                 'yes': value.successes, 'of': value.trials, 'low': value.low, 'high': value.high}
+      elif isinstance(value, Spread):
+        value = dict(zip(('median', 'q1', 'q3', 'n'), value))
+      cells.update({f'{column} {part}': v for part, v in value.items()}
+                   if isinstance(row[column], (Rate, Spread)) else {column: value})
   out = io.StringIO()
-  writer = csv.DictWriter(out, fieldnames=list(dict.fromkeys(c for row in rows for c in row)))
+  writer = csv.DictWriter(out, fieldnames=list(dict.fromkeys(c for row in flat for c in row)))
   writer.writeheader()
-  writer.writerows(rows)
+  writer.writerows(flat)
   return out.getvalue()
 
 

@@ -1,15 +1,14 @@
 """A sweep: every run of a config's ``get_sweep()``, planned, trained in jobs, tabulated.
 
 Each run gets the folder ``<workdir>/<swept values>`` (``plan.folder_names``; ``runs.json`` maps
-folder names to swept values). The runs are planned once (``plan.plan``, overwrite 'changed', or
-'all' for the runs to overwrite): a run that ended with the same config is kept, one whose config
-changed trains again, one that did not end resumes, one that fails its checks fails before
-anything runs. Runs that differ only in values that change no program train as one vmapped group,
-cut into jobs for the executor (``executors``). One launcher per sweep folder (its ``.lock``). At
-the end the sweep writes the tables of what the run folders hold (``report.write``; a run whose
-folder has since trained another config is 'replaced'), prints them and each failed run's reason.
-A signal (Ctrl-C, SIGTERM) at any moment stops it: no job starts after it, the running ones
-checkpoint, the tables of what ended are written, and it exits 128 + the signal's number.
+folder names to swept values). The runs are planned once, before anything runs (``plan.plan``,
+overwrite 'changed', or 'all' for the runs to overwrite). Runs that differ only in values that
+change no program train as one vmapped group, cut into jobs for the executor (``executors``). One
+launcher per sweep folder (its ``.lock``). At the end the sweep writes the tables of what the run
+folders hold (``report.write``; a run whose folder has since trained another config is 'replaced'),
+prints them and each failed run's reason. A signal (Ctrl-C, SIGTERM) at any moment stops it: no job
+starts after it, the running ones checkpoint, the tables of what ended are written, and it exits
+128 + the signal's number.
 """
 
 import datetime
@@ -19,7 +18,6 @@ import signal
 import socket
 import subprocess
 import sys
-
 from typing import Any, Mapping, Sequence
 
 from ml_collections import ConfigDict
@@ -130,7 +128,6 @@ def sweep(kind: experiment.Experiment, configs: list[ConfigDict], overrides: lis
 
   previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
   try:
-    workdir = pathlib.Path(workdir)
     run_folder.check_path(workdir, 'sweep')
     keys = swept_keys(overrides)
     overrides = [{key: _value(config, key) for key in dict.fromkeys([*values, *keys])}
