@@ -283,3 +283,51 @@ def test_ptb_omega_term_gradient_equals_omega_value_and_grad(key):
     np.testing.assert_allclose(cell[name], plain_cell[name], rtol=1e-6, atol=1e-9)
   np.testing.assert_allclose(grads['head']['kernel'], plain_grads['head']['kernel'], rtol=1e-6,
                              atol=1e-9)
+
+
+def _cell(w_hh):
+  hidden = w_hh.shape[0]
+  return {'W_xh': jnp.zeros((synthetic.TEMPORAL_ORDER_SYMBOLS, hidden)), 'W_hh': w_hh,
+          'b': jnp.zeros(hidden)}
+
+
+def test_distractor_exponent_of_a_linear_contraction_is_its_log_rate():
+  """Inputs that do not reach the state keep it at 0, where the Jacobian is 0.5 I: lambda_1 =
+  log 0.5 nats a step."""
+  exponent = temporal_order.distractor_exponent(_cell(0.5 * jnp.eye(4)))
+  np.testing.assert_allclose(exponent, np.log(0.5), rtol=1e-4)  # float32 over 4,096 steps
+
+
+@pytest.mark.parametrize('gain, expected', [(0.5, (1, 1)), (2.0, (4, 0))])
+def test_fixed_points_count_the_stable_ones_and_those_the_task_reaches(gain, expected):
+  """h -> tanh(gain h) per unit, H = 2: at gain 0.5 one stable point, 0, where the task's
+  sequences (whose inputs do not reach the state) end; at gain 2 the four stable corners
+  (+-0.957, +-0.957), which uniform starts reach, and 0 unstable, where the task's end."""
+  params = {'cell': _cell(gain * jnp.eye(2))}
+  assert temporal_order.fixed_points(params, jax.random.key(0)) == expected
+
+
+def test_criteria_of_the_generalization_page():
+  """Five Omega runs, four generalizing (lambda_1 -0.1) and one not (lambda_1 0.0), and five
+  flossing runs, none generalizing, of which two are under 1% at T = 5,000: the Omega arm
+  holds (4 of 5), both dynamics tests hold, and Fisher's test of 4/5 against 2/5 gives
+  p = 0.524 (two-sided)."""
+  from rnnjax.train import report
+
+  def row(method, omega, generalizes, at_longest, exponent):
+    return {'method': method, 'omega_weight': omega, 'flossing_weight': 1.0 - omega / 4,
+            'error T=50': report.wilson(0 if generalizes else 500, 10_000),
+            'error T=5000': report.wilson(50 if at_longest else 5000, 10_000),
+            'generalizes': generalizes, 'distractor lambda_1': exponent}
+
+  rows = ([row('MSGD-CR', 4.0, True, True, -0.1)] * 4 + [row('MSGD-CR', 4.0, False, False, 0.0)]
+          + [row('MSGD-C', 0.0, False, True, 0.0)] * 2 + [row('MSGD-C', 0.0, False, False, 0.0)] * 3)
+  omega, general, other, fisher = temporal_order.criteria(rows)
+  assert (omega['runs'].successes, omega['runs'].trials, omega['held']) == (4, 5, True)
+  assert (general['runs'].successes, general['runs'].trials, general['held']) == (4, 4, True)
+  assert (other['runs'].successes, other['runs'].trials, other['held']) == (6, 6, True)
+  assert fisher['criterion'].startswith('under 1% at T = 5000: MSGD-CR 4/5 against MSGD-C 2/5')
+  assert round(fisher['p'], 3) == 0.524
+  rows[0] = dict(rows[0], **{'distractor lambda_1': -0.03})  # between the two bounds
+  assert [verdict.get('held') for verdict in temporal_order.criteria(rows)] == [
+      True, False, True, None]
