@@ -17,10 +17,9 @@ rule), so a long study can be measured in pieces, and its tables written anew by
 today.
 """
 
-import csv
+import datetime
 import importlib
 import json
-import math
 import pathlib
 import re
 import shutil
@@ -79,12 +78,31 @@ def publish(study: str, workdir: pathlib.Path, table: str) -> None:
                              readme.read_text(), flags=re.S))
 
 
+def run_seconds(log: pathlib.Path) -> float:
+  """A run's share of its jobs' wall time over every launch that trained it, in seconds, from
+  its log.txt: each job's first line (``=== <date> <time> job <id>: <R> run(s) ...``) to the
+  run's last timestamped line before the next job's, divided by the job's R runs. A launch
+  killed mid-run counts to its last line; a resumed run's earlier launches count too (the
+  ``seconds`` column of a table is the last launch's alone)."""
+  total, start, runs, last = 0.0, None, 1, None
+  for line in log.read_text(errors='replace').splitlines() + ['=== end']:
+    if line.startswith('=== '):
+      if start is not None and last is not None:
+        total += max((last - start).total_seconds(), 0.0) / runs
+      match = re.match(r'=== (\S+ \S+) job \S+: (\d+) run', line)
+      start = datetime.datetime.fromisoformat(match.group(1)) if match else None
+      runs, last = int(match.group(2)) if match else 1, None
+    elif start is not None and (stamp := re.match(r'\d{4}-\d\d-\d\d \d\d:\d\d:\d\d', line)):
+      last = datetime.datetime.fromisoformat(stamp.group(0))
+  return total
+
+
 def write_settings(study: str, workdir: pathlib.Path | None = None) -> pathlib.Path:
   """Writes docs/results/<study>/settings.json from the study's config file: ``config`` (its
   get_config(), every field) and ``swept`` (each field its get_sweep() sets: its distinct
-  values, in order); with the sweep's ``workdir``, also ``run_hours``: the sum of its
-  results.csv's ``seconds`` (each run's share of its job's wall time) in hours, the CPU
-  time the study took on a machine that runs one job at a time. Returns the file's path."""
+  values, in order); with the sweep's ``workdir``, also ``run_hours``: the sum over its runs
+  of ``run_seconds`` in hours, the CPU time the study took on a machine that runs one job at
+  a time, every launch of a resumed run included. Returns the file's path."""
   module = importlib.import_module(f'experiments.configs.{STUDIES[study][0][:-3]}')
   runs = module.get_sweep()
   swept = {key: list(dict.fromkeys(run[key] for run in runs if key in run))
@@ -92,10 +110,11 @@ def write_settings(study: str, workdir: pathlib.Path | None = None) -> pathlib.P
   path = ROOT / 'docs' / 'results' / study / 'settings.json'
   path.parent.mkdir(parents=True, exist_ok=True)
   settings = {'config': module.get_config().to_dict(), 'runs': len(runs), 'swept': swept}
-  if workdir is not None and (workdir / 'results.csv').is_file():
-    with open(workdir / 'results.csv') as file:
-      seconds = [float(row['seconds']) for row in csv.DictReader(file) if row.get('seconds')]
-    settings['run_hours'] = round(sum(s for s in seconds if math.isfinite(s)) / 3600, 2)
+  if workdir is not None and (workdir / 'runs.json').is_file():
+    names = json.loads((workdir / 'runs.json').read_text())
+    logs = [workdir / name / 'log.txt' for name in names]
+    settings['run_hours'] = round(sum(run_seconds(log) for log in logs if log.is_file()) / 3600,
+                                  2)
   path.write_text(json.dumps(settings, indent=1, default=str) + '\n')
   return path
 

@@ -8,7 +8,7 @@ of 20 whose length is drawn in [50, 200) (RNN.py line 321), SGD at 0.01 with cli
 the reference fallback, until under 1% of 10,000 fresh sequences of those lengths are
 misclassified (checked every 1,000 updates) or ``STEPS`` updates; then tested on 10,000 fresh
 sequences at each of T = 50, 200, 500, 1,000, 2,000 and 5,000 (the paper: 0 errors at each up
-to 5,000, 5 of 5 seeds). Two arms of 5 seeds, each one vmapped group: MSGD-CR (Omega at the
+to 5,000, 5 of 5 seeds). Two arms of 5 seeds (vmapped in groups by the harness): MSGD-CR (Omega at the
 paper's weight, 4) and MSGD-CF (gradient flossing of the largest Lyapunov exponent, weight 1,
 in Omega's place, during the first 5,000 updates). Budget: about 1.5 CPU hours an arm (the paper allows 5 million updates).
 """

@@ -1,0 +1,29 @@
+"""scripts/remeasure.py's run hours: every launch of a resumed run counts."""
+
+import importlib.util
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location('remeasure', ROOT / 'scripts' / 'remeasure.py')
+remeasure = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(remeasure)
+
+# A run trained in a job of 2 runs, killed after 100.9 s, then resumed alone for 30 s.
+LOG = """
+=== 2026-12-04 10:00:00 job 0: 2 run(s) on cores [0]: worker python -m rnnjax.train.job (pid 1)
+2026-12-04 10:00:10,100 INFO run 0: step 1/100  loss 1.3829 nats
+2026-12-04 10:01:40,900 INFO run 0: step 50/100  loss 1.3 nats
+  a traceback's line without a time
+=== 2026-12-04 11:00:00 job 1: 1 run(s) on cores [1]: worker python -m rnnjax.train.job (pid 2)
+2026-12-04 11:00:30,000 INFO run 0: step 100/100  loss 1.2 nats
+"""
+
+
+def test_run_seconds_sums_each_launch_share_of_its_job(tmp_path):
+  (log := tmp_path / 'log.txt').write_text(LOG)
+  assert remeasure.run_seconds(log) == 100 / 2 + 30  # whole seconds, as the header
+
+
+def test_run_seconds_of_a_launch_that_logged_nothing_is_zero(tmp_path):
+  (log := tmp_path / 'log.txt').write_text('\n=== 2026-12-04 10:00:00 job 0: 1 run(s) on x\n')
+  assert remeasure.run_seconds(log) == 0.0
