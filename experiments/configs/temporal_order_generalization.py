@@ -10,7 +10,7 @@ misclassified (checked every 1,000 updates) or ``STEPS`` updates; then tested on
 sequences at each of T = 50, 200, 500, 1,000, 2,000 and 5,000 (the paper: 0 errors at each up
 to 5,000, 5 of 5 seeds). Two arms of 5 seeds (vmapped in groups by the harness): MSGD-CR (Omega at the
 paper's weight, 4) and MSGD-CF (gradient flossing of the largest Lyapunov exponent, weight 1,
-in Omega's place, during the first 5,000 updates). Budget: about 1.5 CPU hours an arm (the paper allows 5 million updates).
+in Omega's place, during the first 5,000 updates). Budget: STEPS updates a run (the paper allows 5 million).
 """
 
 import itertools
