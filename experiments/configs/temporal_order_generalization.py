@@ -5,10 +5,11 @@
 
 A network of 50 tanh units (basic init, as the paper's generalization run) trained on batches
 of 20 whose length is drawn in [50, 200) (RNN.py line 321), SGD at 0.01 with clipping at 1 and
-the reference fallback, until under 1% of 10,000 fresh sequences of those lengths are
-misclassified (checked every 1,000 updates) or ``STEPS`` updates; then tested on 10,000 fresh
-sequences at each of T = 50, 200, 500, 1,000, 2,000 and 5,000 (the paper: 0 errors at each up
-to 5,000, 5 of 5 seeds). Two arms of 5 seeds (vmapped in groups by the harness): MSGD-CR (Omega at the
+the reference fallback, until under 1% of the run's test set of those lengths (10,000
+sequences drawn once) are misclassified (checked every 1,000 updates) or ``STEPS`` updates;
+then tested on 10,000 sequences at each of T = 50, 200, 500, 1,000, 2,000 and 5,000 (the
+paper: 5 of 5 seeds solve 50-200, and the trained model makes 0 errors at each length up to
+5,000). Two arms of 5 seeds (vmapped in groups by the harness): MSGD-CR (Omega at the
 paper's weight, 4) and MSGD-CF (gradient flossing of the largest Lyapunov exponent, weight 1,
 in Omega's place, during the first 5,000 updates). Budget: STEPS updates a run (the paper allows 5 million).
 """
