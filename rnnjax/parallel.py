@@ -640,14 +640,15 @@ def elman_deer(params: dict, inputs: jax.typing.ArrayLike,
   else:  # values are checked only outside jit; inside, clip to [0, T]
     clipped = cast(jax.Array, recurrence.as_lengths(lengths, steps))  # not None: lengths is not
     alive = (jnp.arange(steps)[None, :] < clipped[:, None])[..., None]
-  drive = inputs @ params['W_xh'] + cells.bias(params)
+  drive = jnp.matmul(inputs, params['W_xh'], precision=HIGHEST) + cells.bias(params)
   guess = jnp.zeros_like(drive) if initial_guess is None else jnp.asarray(initial_guess,
                                                                           drive.dtype)
   # The certificate's residuals are float64 (module docstring): the solve is traced, and under
   # an outer vmap batched, with float64 enabled; its own arrays keep their dtypes.
   with jax.enable_x64(True):
     wide = {key: jnp.asarray(value).astype(jnp.float64) for key, value in params.items()}
-    exact = inputs.astype(jnp.float64) @ wide['W_xh'] + cells.bias(wide)
+    exact = (jnp.matmul(inputs.astype(jnp.float64), wide['W_xh'], precision=HIGHEST)
+             + cells.bias(wide))
     drive_low = jax.lax.stop_gradient((exact - drive.astype(jnp.float64)).astype(drive.dtype))
     trajectory, iterations, converged, residual, error = _solve(
         activation, method, damping, float(tolerance), int(max_iterations), params['W_hh'],

@@ -229,3 +229,31 @@ def test_lengths_as_a_list_and_a_numpy_tolerance_are_taken():
   as_array = parallel.elman_deer(params, inputs, initial, jnp.array(lengths), tolerance=1e-5)
   np.testing.assert_array_equal(as_list[0], as_array[0])
   np.testing.assert_array_equal(as_list[1], as_array[1])
+
+
+def _products(jaxpr) -> list:
+  """Every dot_general of a jaxpr, its sub-jaxprs' included."""
+  found = []
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == 'dot_general':
+      found.append(eqn)
+    for value in eqn.params.values():
+      for sub in value if isinstance(value, (list, tuple)) else [value]:
+        inner = getattr(sub, 'jaxpr', sub)
+        if hasattr(inner, 'eqns'):
+          found.extend(_products(inner))
+  return found
+
+
+@pytest.mark.parametrize('method', parallel.METHODS)
+def test_every_product_of_the_solver_and_its_gradient_is_at_full_precision(method):
+  """At JAX's default precision a GPU may round float32 matmul inputs to TF32 (about 1e-3),
+  and then no residual test at 1e-5 passes: no product of the solve or of its gradient may
+  take the default."""
+  params, inputs, initial = _problem(0, 0.9)
+  loss = lambda p, x: jnp.sum(parallel.elman_deer(p, x, initial, method=method)[1])
+  products = _products(jax.make_jaxpr(jax.grad(loss, argnums=(0, 1)))(params, inputs).jaxpr)
+  assert products and all(
+      eqn.params['precision'] == (jax.lax.Precision.HIGHEST,) * 2 for eqn in products), [
+          (eqn.params['precision'], [str(v.aval) for v in eqn.invars]) for eqn in products
+          if eqn.params['precision'] != (jax.lax.Precision.HIGHEST,) * 2]
