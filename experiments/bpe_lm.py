@@ -227,6 +227,7 @@ EXPERIMENT = experiment.Experiment(
             expected='an int >= 0 (0: no top-k)'), '0: no top-k; at most V'),
     },
     report=('valid_perplexity', 'test_perplexity', 'test_word_perplexity', 'train_loss_nats',
-            'final_measured_spectral_radius'),
+            'final_measured_spectral_radius', 'steps_done', 'converged_step',
+            'final_learning_rate'),
     vmappable=('spectral_radius', 'recurrent_init'),
-    plots=(('curve', 'loss'),))
+    plots=(('curve', 'loss'), ('curve', 'validation_loss')))

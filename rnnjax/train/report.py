@@ -2,7 +2,7 @@
 
 ``results.md`` / ``.csv``: one row per run: its swept values, status, the experiment's ``report``
 fields, the gradient-norm profiles at the first step and of the final params, and its seconds. When
-the seed is swept with other keys, ``results_over_seeds.md`` / ``.csv`` give one row per setting
+the seed is swept, ``results_over_seeds.md`` / ``.csv`` give one row per setting
 (the swept values but the seed): the number of seeds, how many diverged and failed, for each yes/no
 field the count of yes with its 95% Wilson interval, for each number the median and interquartile
 range over the seeds where it is finite, and for each budget of a ``rate`` plot the runs whose field
@@ -420,7 +420,7 @@ def write(runs: Sequence[dict], keys: Sequence[str], kind: experiment.Experiment
   run_folder.write(folder / 'results.md', markdown)
   run_folder.write(folder / 'results.csv', _csv(rows))
   aggregated: list[dict] | None = None  # the rows over seeds, where the seed is swept
-  if 'seed' in keys and len(keys) > 1:
+  if 'seed' in keys:
     budgets = [(plot[1], budget) for plot in kind.plots if plot[0] == 'rate' for budget in plot[2]]
     aggregated = _over_seeds(rows, keys, kind.report, budgets)
     table(aggregated, '\n\n'.join(filter(None, [

@@ -152,8 +152,7 @@ def sweep(kind: experiment.Experiment, configs: list[ConfigDict], overrides: lis
              'keep their last checkpoint; run the same command again to resume')
     else:
       _print(f'{len(plans)} runs ({len(reasons)} failed); tables: {workdir / "results.md"}, '
-             'results.csv' + (', results_over_seeds.md' if 'seed' in keys and len(keys) > 1
-                              else ''))
+             'results.csv' + (', results_over_seeds.md' if 'seed' in keys else ''))
     os.close(lock)
     for i, why in sorted(reasons.items()):
       print(f'failed: {names[i]}: {why}', file=sys.stderr)
