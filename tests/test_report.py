@@ -80,3 +80,15 @@ def test_a_runs_seconds_are_its_share_of_the_group_and_its_own_report():
          'status': 'finished'}
   row, = report._rows([run], [], [], {})
   assert row['seconds'] == 8.0 / 4 + 1.0
+
+
+def test_a_sweep_of_seeds_alone_has_its_row_over_seeds(tmp_path):
+  """Three seeds and nothing else swept: one row over them, the median and quartiles."""
+  kind = experiment.load('experiments.char_lm')
+  runs = [{'name': f'seed={seed}', 'values': {'seed': seed}, 'config': {'seed': seed},
+           'summary': {'status': 'finished', 'validation_bits_per_char': 2.0 + seed},
+           'timing': None, 'status': 'finished'} for seed in range(3)]
+  report.write(runs, ['seed'], kind, tmp_path)
+  rows = list(csv.DictReader(open(tmp_path / 'results_over_seeds.csv')))
+  assert len(rows) == 1 and rows[0]['seeds'] == '3'
+  assert '3.000 [2.500, 3.500]' in (tmp_path / 'results_over_seeds.md').read_text()
