@@ -17,9 +17,11 @@ rule), so a long study can be measured in pieces, and its tables written anew by
 today.
 """
 
+import csv
 import datetime
 import importlib
 import json
+import math
 import pathlib
 import re
 import shutil
@@ -100,9 +102,10 @@ def run_seconds(log: pathlib.Path) -> float:
 def write_settings(study: str, workdir: pathlib.Path | None = None) -> pathlib.Path:
   """Writes docs/results/<study>/settings.json from the study's config file: ``config`` (its
   get_config(), every field) and ``swept`` (each field its get_sweep() sets: its distinct
-  values, in order); with the sweep's ``workdir``, also ``run_hours``: the sum over its runs
-  of ``run_seconds`` in hours, the CPU time the study took on a machine that runs one job at
-  a time, every launch of a resumed run included. Returns the file's path."""
+  values, in order); with the sweep's ``workdir``, also ``run_hours``: the sum over its runs,
+  in hours, of the larger of ``run_seconds`` (every launch through a sweep) and the table's
+  ``seconds`` (the last launch, a ``launch.run`` of the folder too), the CPU time the study
+  took on a machine that runs one job at a time. Returns the file's path."""
   module = importlib.import_module(f'experiments.configs.{STUDIES[study][0][:-3]}')
   runs = module.get_sweep()
   swept = {key: list(dict.fromkeys(run[key] for run in runs if key in run))
@@ -110,11 +113,12 @@ def write_settings(study: str, workdir: pathlib.Path | None = None) -> pathlib.P
   path = ROOT / 'docs' / 'results' / study / 'settings.json'
   path.parent.mkdir(parents=True, exist_ok=True)
   settings = {'config': module.get_config().to_dict(), 'runs': len(runs), 'swept': swept}
-  if workdir is not None and (workdir / 'runs.json').is_file():
-    names = json.loads((workdir / 'runs.json').read_text())
-    logs = [workdir / name / 'log.txt' for name in names]
-    settings['run_hours'] = round(sum(run_seconds(log) for log in logs if log.is_file()) / 3600,
-                                  2)
+  if workdir is not None and (workdir / 'results.csv').is_file():
+    with open(workdir / 'results.csv') as file:
+      last = {row['run_folder']: float(row.get('seconds') or 0) for row in csv.DictReader(file)}
+    settings['run_hours'] = round(sum(
+        max(run_seconds(workdir / name / 'log.txt'), seconds if math.isfinite(seconds) else 0)
+        for name, seconds in last.items()) / 3600, 2)
   path.write_text(json.dumps(settings, indent=1, default=str) + '\n')
   return path
 
