@@ -4,6 +4,7 @@ import io
 import re
 import socket
 import threading
+import urllib.error
 import urllib.request
 
 import numpy as np
@@ -139,3 +140,19 @@ def test_the_data_imports_no_model_module():
   outside = {name for name in imported if not name.startswith('rnnjax.data.')}
   assert outside == {'rnnjax.recurrence', 'rnnjax.checks', 'rnnjax.extras'}, outside
   assert 'rnnjax.data.corpora' in imported  # the walk sees the imports
+
+
+def test_a_failed_download_whose_folder_another_process_removed_says_the_file_is_missing(
+    tmp_path, monkeypatch):
+  """Two jobs download the same missing corpus: the other one's failure removes the folder
+  this one made too; this one still says what is missing, not the folder's FileNotFoundError."""
+  folder = tmp_path / 'no'
+
+  def refuse(url, timeout):
+    for made in (folder / 'tinyshakespeare', folder):
+      made.rmdir()  # the other job's cleanup, first
+    raise urllib.error.URLError('no network')
+
+  monkeypatch.setattr(urllib.request, 'urlopen', refuse)
+  with pytest.raises(corpora.CorpusError, match='is missing and the download failed'):
+    corpora.corpus_path('tinyshakespeare', folder)

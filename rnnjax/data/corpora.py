@@ -5,6 +5,7 @@ missing there is fetched from its public URL into that folder; a file whose
 sha256 differs from the pinned one is never used.
 """
 
+import contextlib
 import hashlib
 import os
 import pathlib
@@ -112,8 +113,9 @@ def corpus_path(name: str, folder: str | os.PathLike | None = None, download: bo
         shutil.copyfileobj(response, out)
     except OSError as error:
       partial.unlink(missing_ok=True)
-      for folder in made:  # deepest first
-        folder.rmdir()
+      for folder in made:  # deepest first; one that another process removed or filled stays
+        with contextlib.suppress(OSError):
+          folder.rmdir()
       raise CorpusError(f'{name}: {path} is missing and the download failed ({error}); '
                         f'{where}') from None  # the message says it all
     os.replace(partial, path)
