@@ -85,9 +85,10 @@ def run_seconds(log: pathlib.Path) -> float:
   its log.txt: each job's first line (``=== <date> <time> job <id>: <R> run(s) ...``) to the
   run's last timestamped line before the next job's, divided by the job's R runs. A launch
   killed mid-run counts to its last line; a resumed run's earlier launches count too (the
-  ``seconds`` column of a table is the last launch's alone)."""
+  ``seconds`` column of a table is the last launch's alone); 0 without a log.txt."""
   total, start, runs, last = 0.0, None, 1, None
-  for line in log.read_text(errors='replace').splitlines() + ['=== end']:
+  lines = log.read_text(errors='replace').splitlines() if log.is_file() else []
+  for line in lines + ['=== end']:
     if line.startswith('=== '):
       if start is not None and last is not None:
         total += max((last - start).total_seconds(), 0.0) / runs

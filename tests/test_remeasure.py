@@ -27,3 +27,4 @@ def test_run_seconds_sums_each_launch_share_of_its_job(tmp_path):
 def test_run_seconds_of_a_launch_that_logged_nothing_is_zero(tmp_path):
   (log := tmp_path / 'log.txt').write_text('\n=== 2026-12-04 10:00:00 job 0: 1 run(s) on x\n')
   assert remeasure.run_seconds(log) == 0.0
+  assert remeasure.run_seconds(tmp_path / 'absent.txt') == 0.0  # a folder only launch.run trained

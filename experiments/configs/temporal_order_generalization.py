@@ -11,7 +11,8 @@ then tested on 10,000 sequences at each of T = 50, 200, 500, 1,000, 2,000 and 5,
 paper: 5 of 5 seeds solve 50-200, and the trained model makes 0 errors at each length up to
 5,000). Two arms of 5 seeds (vmapped in groups by the harness): MSGD-CR (Omega at the
 paper's weight, 4) and MSGD-CF (gradient flossing of the largest Lyapunov exponent, weight 1,
-in Omega's place, during the first 5,000 updates). Budget: STEPS updates a run (the paper allows 5 million).
+in Omega's place, during the first 5,000 updates). Budget: STEPS updates a run (the paper
+allows 5 million).
 """
 
 import itertools
