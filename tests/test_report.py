@@ -38,6 +38,14 @@ def test_an_underflowed_ratio_prints_as_a_bound_never_0():
       '< 1.2e-38 [< 1.2e-38, 0.001]')
 
 
+def test_a_table_prints_an_underflowed_profile_as_its_dtypes_bound():
+  rows = [{'name': name, 'dtype': dtype, 'first_profile_k1': 0.5, 'first_profile_k2': 0.0}
+          for name, dtype in (('single', 'float32'), ('double', 'float64'))]
+  table = report._markdown(rows, '')
+  assert table.splitlines()[2:] == ['| single | float32 | 0.500 < 1.2e-38 |',
+                                    '| double | float64 | 0.500 < 2.2e-308 |']
+
+
 def test_cells_that_would_break_a_markdown_row_are_escaped():
   table = report._markdown([{'name': 'a|b\nc', 'value': 1.0}], '')
   assert table.splitlines()[2] == '| a\\|b c | 1.000 |'

@@ -197,7 +197,7 @@ def _markdown(rows: list[dict], heading: str, positive: Sequence[str] = ()) -> s
         column = f'{when} profile'
         names.setdefault(column, f'profile {where}, k = {", ".join(measured[when])}' + (
             ' (medians)' if isinstance(row.get(f'{when}_profile_k1'), Spread) else ''))
-        cell[column] = ' '.join(_format(v, bound()) for v in values if not math.isnan(v))
+        cell[column] = ' '.join(_format(v, bound(dtype)) for v in values if not math.isnan(v))
     cells.append(cell)
   columns = list(dict.fromkeys(c for cell in cells for c in cell))
   lines = ([heading, ''] if heading else []) + [
