@@ -33,6 +33,7 @@ from rnnjax.data import corpora
 from rnnjax.data import subwords
 from rnnjax.data import text
 from rnnjax.train import experiment
+from rnnjax.train import report
 from rnnjax.train import trainer
 
 CORPORA = ('ptb', 'wikitext-2')
@@ -186,6 +187,36 @@ def task(config) -> trainer.Task:
   return word_task(config) if config.tokens == 'word' else subword_task(config)
 
 
+PERPLEXITIES = ('valid_perplexity', 'test_perplexity', 'test_word_perplexity')
+
+
+def perplexity_over_seeds(runs, keys, folder, heading) -> None:
+  """``perplexity_over_seeds.md`` / ``.csv`` of a sweep over seeds: per setting (the swept
+  fields but the seed) the seeds and each perplexity's mean and sample standard deviation
+  (n - 1) over the seeds that ended, beside its lowest and highest."""
+  if 'seed' not in keys:
+    return
+  settings: dict[tuple, list[dict]] = {}
+  for run in runs:
+    if run['status'] == 'finished' and run['summary']:
+      setting = tuple(run['values'].get(k) for k in keys if k != 'seed')
+      settings.setdefault(setting, []).append(run['summary'])
+  rows = []
+  for setting, summaries in sorted(settings.items(), key=lambda item: str(item[0])):
+    row = {**dict(zip([k for k in keys if k != 'seed'], setting)), 'seeds': len(summaries)}
+    for name in PERPLEXITIES:
+      values = np.array([s[name] for s in summaries], dtype=np.float64)
+      row.update({f'{name} mean': float(values.mean()),
+                  f'{name} standard deviation': float(values.std(ddof=1))
+                  if len(values) > 1 else None,
+                  f'{name} lowest': float(values.min()), f'{name} highest': float(values.max())})
+    rows.append(row)
+  report.table(rows, '\n\n'.join(filter(None, [
+      heading, 'One setting a row: the mean, the sample standard deviation (n - 1), the '
+      'lowest and the highest over its seeds of each perplexity (per token; test per word).'])),
+      folder, 'perplexity_over_seeds')
+
+
 def _words(value) -> bool:
   return isinstance(value, str) and bool(value.strip())
 
@@ -230,4 +261,5 @@ EXPERIMENT = experiment.Experiment(
             'final_measured_spectral_radius', 'steps_done', 'converged_step',
             'final_learning_rate'),
     vmappable=('spectral_radius', 'recurrent_init'),
-    plots=(('curve', 'loss'), ('curve', 'validation_loss')))
+    plots=(('curve', 'loss'), ('curve', 'validation_loss')),
+    analyses=(perplexity_over_seeds,))

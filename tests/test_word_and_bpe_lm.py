@@ -1,5 +1,6 @@
 """Word-level and BPE language models: corpora, vocabularies, subwords, perplexity, training."""
 
+import csv
 import json
 import math
 import pathlib
@@ -251,3 +252,20 @@ def test_dropout_acts_only_in_training():
   assert not np.allclose(train(1), expected)
   assert not np.allclose(train(1), train(2))
   np.testing.assert_array_equal(train(1), train(1))
+
+
+def test_perplexity_over_seeds_gives_mean_and_sample_standard_deviation(tmp_path):
+  def run(corpus, seed, perplexity, status='finished'):
+    return {'status': status, 'values': {'corpus': corpus, 'seed': seed},
+            'summary': {'valid_perplexity': perplexity + 1, 'test_perplexity': perplexity,
+                        'test_word_perplexity': perplexity * 2}}
+  runs = [run('ptb', 0, 120.0), run('ptb', 1, 124.0), run('ptb', 2, 128.0),
+          run('ptb', 3, 1e9, status='failed'), run('wikitext-2', 0, 60.0)]
+  bpe_lm.perplexity_over_seeds(runs, ['corpus', 'seed'], tmp_path, '')
+  rows = list(csv.DictReader((tmp_path / 'perplexity_over_seeds.csv').open()))
+  assert [(r['corpus'], r['seeds']) for r in rows] == [('ptb', '3'), ('wikitext-2', '1')]
+  assert float(rows[0]['test_perplexity mean']) == 124.0
+  assert float(rows[0]['test_perplexity standard deviation']) == 4.0  # n - 1: sqrt(32 / 2)
+  assert float(rows[0]['test_word_perplexity highest']) == 256.0
+  assert rows[1]['test_perplexity standard deviation'] == ''  # one seed has no spread
+  assert '| ptb | 3 | 125.000 | 4.000 |' in (tmp_path / 'perplexity_over_seeds.md').read_text()
