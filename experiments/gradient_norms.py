@@ -152,28 +152,7 @@ def theory(runs, keys, folder, heading) -> None:
           'variance map; the linearised protocol: q = 0.09).')
   report.table(rows, '\n\n'.join(filter(None, [heading, note])), folder, 'gradient_theory',
                positive=tuple(f'ratio_k{k}' for k in (10, 20, 40, 60)))
-  crossings = []
-  for protocol, hidden, scale in sorted({key[:3] for key in groups}):
-    members = [row for row in rows if (row['protocol'], row['hidden_size']) == (protocol, hidden)
-               and row['input_scale'] == (scale if protocol == 'network' else '-')]
-    radii = [row['spectral_radius'] for row in members]
-    measured = crossing(radii, [row['rate'].median for row in members])
-    predicted = mean_field_crossing(
-        scale, gradient_tables.LINEARISED_VARIANCE if protocol == 'linearised' else None)
-    crossings.append({'protocol': protocol, 'hidden_size': hidden,
-                      'input_scale': scale if protocol == 'network' else '-',
-                      'measured rate = 1 at rho': measured,
-                      'mean field rate = 1 at rho': predicted,
-                      'difference': measured - predicted,
-                      'sigma_max = 1 at rho': crossing(
-                          radii, [row['sigma_max'].median for row in members]),
-                      'largest |rate / mean field - 1|': max(
-                          abs(row['rate / mean field - 1']) for row in members)})
-  report.table(crossings, '\n\n'.join(filter(None, [
-      heading, 'Where the median rate over the seeds reaches 1 (linear interpolation between '
-      'the radii around it), where mean field\'s does, and where the median sigma_max(W_hh) '
-      'does: Pascanu et al.\'s sufficient condition for vanishing holds below it.'])),
-      folder, 'gradient_crossings')
+  crossings(rows, folder, heading)
   trained = [{'trained_run': pathlib.PurePath(run['config']['trained_run']).name,
               'dtype': run['config']['dtype'],
               'measured_spectral_radius': run['summary']['measured_spectral_radius'],
@@ -186,6 +165,44 @@ def theory(runs, keys, folder, heading) -> None:
         'N(0, 1) inputs through their own W_xh.'])), folder, 'gradient_trained',
         positive=tuple(f'ratio_k{k}' for k in (10, 20, 40, 60)))
   _theory_figure(rows, groups, trained, folder)
+
+
+def crossings(rows: list[dict], folder, heading) -> None:
+  """``gradient_crossings.md`` / ``.csv`` from ``theory``'s rows (one a protocol, size, input
+  scale and radius): per protocol, size and input scale, where the median rate over the seeds
+  reaches 1, where the rates' quartile curves do (the upper quartile first), where mean
+  field's rate does and where the median sigma_max does."""
+  out = []
+  settings = {(row['protocol'], row['hidden_size'], row['input_scale']) for row in rows}
+  for protocol, hidden, scale in sorted(
+      settings, key=lambda s: (s[0], s[1], -math.inf if s[2] == '-' else s[2])):
+    members = [row for row in rows
+               if (row['protocol'], row['hidden_size'], row['input_scale']) == (protocol, hidden,
+                                                                                 scale)]
+    radii = [row['spectral_radius'] for row in members]
+    measured = crossing(radii, [row['rate'].median for row in members])
+    early, late = (crossing(radii, [getattr(row['rate'], q) for row in members])
+                   for q in ('q3', 'q1'))
+    predicted = mean_field_crossing(
+        0.0 if scale == '-' else scale,
+        gradient_tables.LINEARISED_VARIANCE if protocol == 'linearised' else None)
+    out.append({'protocol': protocol, 'hidden_size': hidden, 'input_scale': scale,
+                'seeds': min(row['seeds'] for row in members),
+                'measured rate = 1 at rho': measured,
+                "quartiles' rate = 1 at rho": '[{}, {}]'.format(
+                    *('-' if math.isnan(r) else f'{r:.3f}' for r in (early, late))),
+                'mean field rate = 1 at rho': predicted,
+                'difference': measured - predicted,
+                'sigma_max = 1 at rho': crossing(
+                    radii, [row['sigma_max'].median for row in members]),
+                'largest |rate / mean field - 1|': max(
+                    abs(row['rate / mean field - 1']) for row in members)})
+  report.table(out, '\n\n'.join(filter(None, [
+      heading, 'Where the median rate over the seeds reaches 1 (linear interpolation between '
+      'the radii around it), where the curves of its lower and upper quartiles over the seeds '
+      'do, where mean field\'s does, and where the median sigma_max(W_hh) does: Pascanu et '
+      'al.\'s sufficient condition for vanishing holds below it.'])), folder,
+      'gradient_crossings')
 
 
 TRAINED_AXIS = 3.0  # the rate plots' largest radius: the clipped trained cells end near 2.5,

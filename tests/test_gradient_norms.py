@@ -10,10 +10,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from experiments import gradient_norms
 from rnnjax import diagnostics
 from rnnjax import gradient_tables
 from rnnjax import models
 from rnnjax.train import checkpoints
+from rnnjax.train import report
 
 # The table of docs/reference_numbers.md (the linearised protocol, numpy default_rng(1)).
 SEED_TABLE = {0.7: ('8.05e-05', '1.40e-08', '2.28e-12'),
@@ -148,3 +150,17 @@ def test_the_network_protocol_measures_mean_fields_rate_at_a_thousand_units():
   assert report['rate'] == pytest.approx(report['mean_field_rate'], rel=0.03)
   assert report['mean_field_rate'] == pytest.approx(0.7615, abs=1e-3)
   assert report['sigma_max'] == pytest.approx(2.0, rel=0.05)  # about 2 rho at large H
+
+
+def test_crossings_give_the_median_and_the_quartile_curves_radius_of_rate_one(tmp_path):
+  rows = [{'protocol': 'network', 'hidden_size': 64, 'input_scale': 0.18, 'seeds': 8,
+           'spectral_radius': rho, 'rate': report.Spread(*rate, 8),
+           'sigma_max': report.Spread(*rate, 8), 'rate / mean field - 1': deviation}
+          for rho, rate, deviation in ((1.0, (0.5, 0.4, 0.8), -0.1), (2.0, (1.5, 1.2, 1.8), 0.2))]
+  gradient_norms.crossings(rows, tmp_path, '')
+  row, = csv.DictReader((tmp_path / 'gradient_crossings.csv').open())
+  assert float(row['measured rate = 1 at rho']) == 1.5  # 1 + 0.5 / 1.0
+  assert row["quartiles' rate = 1 at rho"] == '[1.200, 1.750]'  # upper quartile first
+  assert float(row['mean field rate = 1 at rho']) == pytest.approx(1.284, abs=5e-4)
+  assert (row['seeds'], float(row['sigma_max = 1 at rho'])) == ('8', 1.5)
+  assert float(row['largest |rate / mean field - 1|']) == 0.2
