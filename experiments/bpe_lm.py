@@ -205,7 +205,7 @@ def perplexity_over_seeds(runs, keys, folder, heading) -> None:
   for setting, summaries in sorted(settings.items(), key=lambda item: str(item[0])):
     row = {**dict(zip([k for k in keys if k != 'seed'], setting)), 'seeds': len(summaries)}
     for name in PERPLEXITIES:
-      values = np.array([s[name] for s in summaries], dtype=np.float64)
+      values = np.array([s.get(name, np.nan) for s in summaries], dtype=np.float64)
       row.update({f'{name} mean': float(values.mean()),
                   f'{name} standard deviation': float(values.std(ddof=1))
                   if len(values) > 1 else None,
