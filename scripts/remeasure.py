@@ -50,7 +50,7 @@ STUDIES = {
     'ptb_chars_learning_rate': ('ptb_chars_learning_rate.py', (), 'results.md'),
     'ptb_chars': ('ptb_chars.py', (), 'results_over_seeds.md'),
     'ptb_words': ('ptb_words.py', (), 'results_over_seeds.md'),
-    'bpe_lm': ('bpe_lm.py', (), 'results.md'),
+    'bpe_lm': ('bpe_lm.py', (), 'results_over_seeds.md'),
     'classify': ('classify.py', (), 'results_over_seeds.md'),
     'seq2seq': ('seq2seq.py', (), 'results_over_seeds.md'),
     'parallel_in_time': ('parallel_in_time.py', ('--max_group_size=64',), 'predictability.md'),
