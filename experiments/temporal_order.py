@@ -437,6 +437,39 @@ def criteria(rows: list[dict]) -> list[dict]:
   return verdicts
 
 
+def methods(runs, keys, folder, heading) -> None:
+  """``methods.md`` / ``.csv`` of a sweep in mode 'fixed' whose arms differ by method alone:
+  per T, the runs each method solved within the budget, both initializations and every seed
+  pooled (95% Wilson interval), and Fisher's exact test (two-sided) of each method against
+  the one before it in ``pascanu.METHODS``' order (MSGD, MSGD-C, MSGD-CR)."""
+  arm_keys = [k for k in keys if k not in ('length', 'init', 'seed', 'method')]
+  solved: dict[int, dict[str, list[bool]]] = {}
+  arms: dict[str, set] = {}
+  for run in _ended(runs):
+    config = run['config']
+    if config.get('mode') == 'fixed':
+      arms.setdefault(config['method'], set()).add(tuple(run['values'].get(k) for k in arm_keys))
+      solved.setdefault(config['length'], {}).setdefault(config['method'], []).append(
+          bool(run['summary'].get('success')))
+  if len(arms) < 2 or any(len(v) > 1 for v in arms.values()):
+    return  # one method, or arms that another field tells apart (flossing)
+  order = [m for m in pascanu.METHODS if m in arms]
+  rows = []
+  for length, by_method in sorted(solved.items()):
+    rates = {m: report.wilson(sum(by_method.get(m, [])), len(by_method.get(m, [])))
+             for m in order}
+    row: dict = {'length': length, **{f'solved by {m}': rates[m] for m in order}}
+    for before, after in zip(order, order[1:]):
+      row[f"Fisher's p, {after} against {before}"] = (
+          report.fisher(rates[after], rates[before])
+          if rates[after].trials and rates[before].trials else None)
+    rows.append(row)
+  report.table(rows, '\n\n'.join(filter(None, [
+      heading, 'Runs solved within the budget by each method, both initializations and every '
+      "seed pooled, with the 95% Wilson interval; Fisher's exact test (two-sided) of each "
+      'method against the one before it.'])), folder, 'methods')
+
+
 def omega_weights(runs, keys, folder, heading) -> None:
   """``omega_weights.md`` / ``.csv`` of a sweep in mode 'fixed' with MSGD-CR at several
   weights: per T and init, the runs solved at each weight (95% Wilson interval) and Fisher's
@@ -525,4 +558,4 @@ EXPERIMENT = experiment.Experiment(
     vmappable=('seed', 'init'),  # both inits are tanh networks of the same shapes
     plots=(('heatmap', 'success', 'length', ('init',)), ('profile', 'method'),
            ('rate', 'solved_step', (10_000, 25_000, 50_000, 100_000, 200_000), 'length')),
-    analyses=(generalization, omega_weights))
+    analyses=(generalization, omega_weights, methods))

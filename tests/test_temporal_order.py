@@ -1,5 +1,6 @@
 """Pascanu et al. (2013) experiments: the temporal order problem and character-level PTB."""
 
+import csv
 import json
 import os
 import pathlib
@@ -331,3 +332,27 @@ def test_criteria_of_the_generalization_page():
   rows[0] = dict(rows[0], **{'distractor lambda_1': -0.03})  # between the two bounds
   assert [verdict.get('held') for verdict in temporal_order.criteria(rows)] == [
       True, False, True, None]
+
+
+def test_methods_pools_the_inits_and_tests_each_method_against_the_one_before(tmp_path):
+  """T = 50: MSGD 0 of 10, MSGD-C 6 of 10, MSGD-CR 10 of 10; Fisher's two-sided p of 6/10
+  against 0/10 is 0.0108, of 10/10 against 6/10 0.0867."""
+  def run(method, seed, init, success, length=50, mode='fixed'):
+    return {'status': 'finished', 'summary': {'success': success},
+            'values': {'length': length, 'method': method, 'init': init, 'seed': seed},
+            'config': {'mode': mode, 'method': method, 'length': length}}
+  solved = {'MSGD': 0, 'MSGD-C': 6, 'MSGD-CR': 10}
+  runs = [run(method, seed, init, 2 * seed + (init == 'smart') < count)
+          for method, count in solved.items() for seed in range(5) for init in ('basic', 'smart')]
+  runs.append(run('MSGD-CR', 0, 'basic', True, mode='range'))  # not the fixed-length sweep
+  keys = ['length', 'method', 'init', 'seed']
+  temporal_order.methods(runs, keys, tmp_path, '')
+  row, = csv.DictReader((tmp_path / 'methods.csv').open())
+  assert [row[f'solved by {m} yes'] for m in solved] == ['0', '6', '10']
+  assert row['solved by MSGD-CR of'] == '10'
+  assert round(float(row["Fisher's p, MSGD-C against MSGD"]), 4) == 0.0108
+  assert round(float(row["Fisher's p, MSGD-CR against MSGD-C"]), 4) == 0.0867
+  flossing = [dict(r, values={**r['values'], 'flossing_weight': s % 2})
+              for s, r in enumerate(runs)]
+  temporal_order.methods(flossing, keys + ['flossing_weight'], tmp_path / 'f', '')
+  assert not (tmp_path / 'f').exists()  # arms another field tells apart: no table
