@@ -169,9 +169,9 @@ def theory(runs, keys, folder, heading) -> None:
 
 def crossings(rows: list[dict], folder, heading) -> None:
   """``gradient_crossings.md`` / ``.csv`` from ``theory``'s rows (one a protocol, size, input
-  scale and radius): per protocol, size and input scale, where the median rate over the seeds
-  reaches 1, where the rates' quartile curves do (the upper quartile first), where mean
-  field's rate does and where the median sigma_max does."""
+  scale and radius): per protocol, size and input scale, the fewest seeds of its radii, where
+  the median rate over the seeds reaches 1, where the curves of the rate's upper and lower
+  quartiles do, where mean field's rate does and where the median sigma_max does."""
   out = []
   settings = {(row['protocol'], row['hidden_size'], row['input_scale']) for row in rows}
   for protocol, hidden, scale in sorted(
@@ -189,8 +189,8 @@ def crossings(rows: list[dict], folder, heading) -> None:
     out.append({'protocol': protocol, 'hidden_size': hidden, 'input_scale': scale,
                 'seeds': min(row['seeds'] for row in members),
                 'measured rate = 1 at rho': measured,
-                "quartiles' rate = 1 at rho": '[{}, {}]'.format(
-                    *('-' if math.isnan(r) else f'{r:.3f}' for r in (early, late))),
+                "upper quartile's rate = 1 at rho": early,
+                "lower quartile's rate = 1 at rho": late,
                 'mean field rate = 1 at rho': predicted,
                 'difference': measured - predicted,
                 'sigma_max = 1 at rho': crossing(
@@ -199,7 +199,7 @@ def crossings(rows: list[dict], folder, heading) -> None:
                     abs(row['rate / mean field - 1']) for row in members)})
   report.table(out, '\n\n'.join(filter(None, [
       heading, 'Where the median rate over the seeds reaches 1 (linear interpolation between '
-      'the radii around it), where the curves of its lower and upper quartiles over the seeds '
+      'the radii around it), where the curves of its upper and lower quartiles over the seeds '
       'do, where mean field\'s does, and where the median sigma_max(W_hh) does: Pascanu et '
       'al.\'s sufficient condition for vanishing holds below it.'])), folder,
       'gradient_crossings')
