@@ -192,18 +192,27 @@ PERPLEXITIES = ('valid_perplexity', 'test_perplexity', 'test_word_perplexity')
 
 def perplexity_over_seeds(runs, keys, folder, heading) -> None:
   """``perplexity_over_seeds.md`` / ``.csv`` of a sweep over seeds: per setting (the swept
-  fields but the seed) the seeds and each perplexity's mean and sample standard deviation
-  (n - 1) over the seeds that ended, beside its lowest and highest."""
+  fields but the seed, in the sweep's order) the seeds that finished, those that did not
+  (diverged, failed or still to train), and each perplexity's mean and sample standard
+  deviation (n - 1) over the finished seeds, beside its lowest and highest. No table where no
+  run finished."""
   if 'seed' not in keys:
     return
   settings: dict[tuple, list[dict]] = {}
+  others: dict[tuple, int] = {}
   for run in runs:
+    setting = tuple(run['values'].get(k) for k in keys if k != 'seed')
+    settings.setdefault(setting, [])
     if run['status'] == 'finished' and run['summary']:
-      setting = tuple(run['values'].get(k) for k in keys if k != 'seed')
-      settings.setdefault(setting, []).append(run['summary'])
+      settings[setting].append(run['summary'])
+    else:
+      others[setting] = others.get(setting, 0) + 1
   rows = []
-  for setting, summaries in sorted(settings.items(), key=lambda item: str(item[0])):
-    row = {**dict(zip([k for k in keys if k != 'seed'], setting)), 'seeds': len(summaries)}
+  for setting, summaries in settings.items():
+    if not summaries:
+      continue
+    row = {**dict(zip([k for k in keys if k != 'seed'], setting)), 'seeds': len(summaries),
+           'not finished': others.get(setting, 0)}
     for name in PERPLEXITIES:
       values = np.array([s.get(name, np.nan) for s in summaries], dtype=np.float64)
       row.update({f'{name} mean': float(values.mean()),
@@ -211,6 +220,8 @@ def perplexity_over_seeds(runs, keys, folder, heading) -> None:
                   if len(values) > 1 else None,
                   f'{name} lowest': float(values.min()), f'{name} highest': float(values.max())})
     rows.append(row)
+  if not rows:
+    return
   report.table(rows, '\n\n'.join(filter(None, [
       heading, 'One setting a row: the mean, the sample standard deviation (n - 1), the '
       'lowest and the highest over its seeds of each perplexity (per token; test per word).'])),

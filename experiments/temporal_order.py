@@ -442,7 +442,9 @@ def methods(runs, keys, folder, heading) -> None:
   per T, the runs each method solved within the budget, both initializations and every seed
   pooled (95% Wilson interval), and Fisher's exact test (two-sided) of each method against
   the one before it in ``pascanu.METHODS``' order (MSGD, MSGD-C, MSGD-CR)."""
-  arm_keys = [k for k in keys if k not in ('length', 'init', 'seed', 'method')]
+  # the method sets clipping and omega_weight; any other swept field must be one value
+  arm_keys = [k for k in keys
+              if k not in ('length', 'init', 'seed', 'method', 'clipping', 'omega_weight')]
   solved: dict[int, dict[str, list[bool]]] = {}
   arms: dict[str, set] = {}
   for run in _ended(runs):
@@ -451,7 +453,7 @@ def methods(runs, keys, folder, heading) -> None:
       arms.setdefault(config['method'], set()).add(tuple(run['values'].get(k) for k in arm_keys))
       solved.setdefault(config['length'], {}).setdefault(config['method'], []).append(
           bool(run['summary'].get('success')))
-  if len(arms) < 2 or any(len(v) > 1 for v in arms.values()):
+  if len(arms) < 2 or len(set().union(*arms.values())) > 1:
     return  # one method, or arms that another field tells apart (flossing)
   order = [m for m in pascanu.METHODS if m in arms]
   rows = []

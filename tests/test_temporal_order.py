@@ -356,3 +356,7 @@ def test_methods_pools_the_inits_and_tests_each_method_against_the_one_before(tm
               for s, r in enumerate(runs)]
   temporal_order.methods(flossing, keys + ['flossing_weight'], tmp_path / 'f', '')
   assert not (tmp_path / 'f').exists()  # arms another field tells apart: no table
+  apart = [dict(r, values={**r['values'], 'flossing_weight': r['config']['method'] == 'MSGD'})
+           for r in runs]  # one arm a method, but MSGD's alone flosses
+  temporal_order.methods(apart, keys + ['flossing_weight'], tmp_path / 'g', '')
+  assert not (tmp_path / 'g').exists()

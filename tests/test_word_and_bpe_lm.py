@@ -263,9 +263,13 @@ def test_perplexity_over_seeds_gives_mean_and_sample_standard_deviation(tmp_path
           run('ptb', 3, 1e9, status='failed'), run('wikitext-2', 0, 60.0)]
   bpe_lm.perplexity_over_seeds(runs, ['corpus', 'seed'], tmp_path, '')
   rows = list(csv.DictReader((tmp_path / 'perplexity_over_seeds.csv').open()))
-  assert [(r['corpus'], r['seeds']) for r in rows] == [('ptb', '3'), ('wikitext-2', '1')]
+  assert [(r['corpus'], r['seeds'], r['not finished']) for r in rows] == [
+      ('ptb', '3', '1'), ('wikitext-2', '1', '0')]
   assert float(rows[0]['test_perplexity mean']) == 124.0
   assert float(rows[0]['test_perplexity standard deviation']) == 4.0  # n - 1: sqrt(32 / 2)
   assert float(rows[0]['test_word_perplexity highest']) == 256.0
   assert rows[1]['test_perplexity standard deviation'] == ''  # one seed has no spread
-  assert '| ptb | 3 | 125.000 | 4.000 |' in (tmp_path / 'perplexity_over_seeds.md').read_text()
+  assert '| ptb | 3 | 1 | 125.000 | 4.000 |' in (tmp_path / 'perplexity_over_seeds.md').read_text()
+  unfinished = [run('ptb', 0, 0.0, status='failed')]
+  bpe_lm.perplexity_over_seeds(unfinished, ['corpus', 'seed'], tmp_path / 'none', '')
+  assert not (tmp_path / 'none').exists()  # no finished run: no table
