@@ -1,7 +1,9 @@
-"""The statistics of a sweep's tables: intervals, quartiles, bounds for underflow, escaping."""
+"""The statistics of a sweep's tables: intervals, quartiles, bounds for underflow, escaping;
+the layout of its plots."""
 
 import csv
 import math
+import struct
 
 import pytest
 
@@ -100,3 +102,12 @@ def test_a_sweep_of_seeds_alone_has_its_row_over_seeds(tmp_path):
   rows = list(csv.DictReader(open(tmp_path / 'results_over_seeds.csv')))
   assert len(rows) == 1 and rows[0]['seeds'] == '3'
   assert '3.000 [2.500, 3.500]' in (tmp_path / 'results_over_seeds.md').read_text()
+
+
+def test_a_figure_of_many_settings_wraps_its_panels_into_rows(tmp_path):
+  """Five panels: two rows of at most ``PANELS_A_ROW`` (4.5 in a panel, 4 in a row, 120 dpi)."""
+  panels = {f'setting {i}': [([1, 2], [1.0, 0.5], {})] for i in range(5)}
+  report._draw(tmp_path / 'plot.png', panels, 'k', 'ratio')
+  width, height = struct.unpack('>II', (tmp_path / 'plot.png').read_bytes()[16:24])
+  assert report.PANELS_A_ROW == 4
+  assert (width, height) == ((4.5 * 4 + 1.5) * 120, 2 * 4.0 * 120)

@@ -41,6 +41,7 @@ __all__ = ['Rate', 'Spread', 'wilson', 'spread', 'fisher', 'bound', 'pyplot', 's
            'write']
 
 PROFILE_DISTANCES = tuple(str(k) for k in diagnostics.PROFILE_DISTANCES)
+PANELS_A_ROW = 4  # a figure of many settings wraps into rows, readable on a page
 
 
 class Rate(NamedTuple):
@@ -255,10 +256,15 @@ def pyplot() -> Any:
 
 def _draw(path: pathlib.Path, panels: dict[str, list], xlabel: str, ylabel: str,
           log: str = '', title: str = '') -> None:
-  """Panels sharing y: title -> curves ``(xs, ys, style[, (lows, highs)])``; ``log``: 'x', 'y'."""
-  figure, axes = pyplot().subplots(1, len(panels), figsize=(4.5 * len(panels) + 1.5, 4.0),
+  """Panels sharing y, ``PANELS_A_ROW`` a row: title -> curves ``(xs, ys, style[, (lows,
+  highs)])``; ``log``: 'x', 'y'."""
+  columns = min(len(panels), PANELS_A_ROW)
+  rows = -(-len(panels) // columns)
+  figure, axes = pyplot().subplots(rows, columns, figsize=(4.5 * columns + 1.5, 4.0 * rows),
                                     squeeze=False, sharey=True)
-  for axis, (name, curves) in zip(axes[0], panels.items()):
+  for axis in axes.flat[len(panels):]:
+    axis.set_visible(False)
+  for axis, (name, curves) in zip(axes.flat, panels.items()):
     for xs, ys, style, *band in curves:
       line, = axis.plot(xs, ys, **style)
       if band:
@@ -270,7 +276,8 @@ def _draw(path: pathlib.Path, panels: dict[str, list], xlabel: str, ylabel: str,
     axis.grid(True, which='both', alpha=0.3)
     if axis.get_legend_handles_labels()[0]:
       axis.legend(fontsize=7)
-  axes[0][0].set_ylabel(ylabel)
+  for axis in axes[:, 0]:
+    axis.set_ylabel(ylabel)
   if title:
     figure.suptitle(title, fontsize=10)
   save(figure, path)
