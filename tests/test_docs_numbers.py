@@ -12,6 +12,8 @@ characters of a paper's citation in its sentence (an author and a year, "et al."
 "section n", "eq. n") is quoted from that paper. The test lists every number that is neither.
 A page's own included tables still back any number they hold: a page with a large table
 (gradient_norms.md) backs most three-digit fractions, so there a wrong number can pass.
+Every published table prints an underflowed ratio as a bound, not 0, and every table a page
+includes gives its seed count and, over more than one seed, a spread or an interval.
 """
 
 import json
@@ -212,3 +214,30 @@ def test_zero_ratios_finds_a_bare_0_and_not_a_bound():
                          ids=lambda p: str(p.relative_to(ROOT / 'docs' / 'results')))
 def test_no_published_table_prints_an_underflowed_ratio_as_0(path):
   assert not zero_ratios(path.read_text()), zero_ratios(path.read_text())[:5]
+
+
+SEEDS = re.compile(r'seed|k of n|one run each', re.I)  # a column, a heading or a rate's n
+ONE_SEED = re.compile(r'\(1 seed\(s\)\)|one run each')
+SPREAD = re.compile(r'interquartile|IQR|quartile|Wilson|95% CI|standard deviation')
+
+
+def missing(table: str) -> str:
+  """What a published table lacks: its seed count, or (over more than one seed) a spread or
+  an interval; '' when it has both."""
+  if not SEEDS.search(table):
+    return 'a seed count'
+  return '' if ONE_SEED.search(table) or SPREAD.search(table) else 'a spread or an interval'
+
+
+def test_missing_finds_a_table_without_seeds_and_one_over_seeds_without_spread():
+  rows = '\n\n| rho | loss |\n|---|---|\n| 1.0 | 2.5 |'
+  assert missing('Medians.' + rows) == 'a seed count'
+  assert missing('Medians over 3 seeds.' + rows) == 'a spread or an interval'
+  assert missing('One run a row (1 seed(s)).' + rows) == ''
+  assert missing('Median [IQR] over 3 seeds.' + rows) == ''
+
+
+@pytest.mark.parametrize('page', STUDIES, ids=lambda p: p.name)
+def test_every_table_a_page_includes_gives_its_seeds_and_their_spread(page):
+  for target in re.findall(r'```\{include\} (\S+)', page.read_text()):
+    assert not missing((page.parent / target).resolve().read_text()), target
