@@ -189,11 +189,15 @@ RATIO_COLUMN = re.compile(r'profile|ratio_k')
 
 
 def zero_ratios(table: str) -> list[str]:
-  """The rows of a Markdown table whose ratio columns (a gradient-norm profile, a ratio at
-  distance k) hold a bare 0: an underflow printed as a value."""
+  """The rows of Markdown tables (a file may hold several, each with its header) whose ratio
+  columns (a gradient-norm profile, a ratio at distance k) hold a bare 0: an underflow printed
+  as a value."""
   out, header = [], None
   for line in table.splitlines():
-    if not line.startswith('|') or line.startswith('|---'):
+    if not line.startswith('|'):
+      header = None  # the next table's first row is its header
+      continue
+    if line.startswith('|---'):
       continue
     cells = [cell.strip() for cell in line.strip('|').split('|')]
     if header is None:
@@ -208,6 +212,8 @@ def zero_ratios(table: str) -> list[str]:
 def test_zero_ratios_finds_a_bare_0_and_not_a_bound():
   table = '| k | profile |\n|---|---|\n| 1 | 0.5 < 1.2e-38 10 |\n| 2 | 0.061 0 |'
   assert zero_ratios(table) == ['profile: 0.061 0']
+  second = '| shape | ratio_k10 |\n|---|---|\n| S1 | 0 |'
+  assert zero_ratios(table + '\n\nText.\n\n' + second) == ['profile: 0.061 0', 'ratio_k10: 0']
 
 
 @pytest.mark.parametrize('path', sorted((ROOT / 'docs' / 'results').rglob('*.md')),
