@@ -199,20 +199,16 @@ def perplexity_over_seeds(runs, keys, folder, heading) -> None:
   if 'seed' not in keys:
     return
   settings: dict[tuple, list[dict]] = {}
-  others: dict[tuple, int] = {}
   for run in runs:
-    setting = tuple(run['values'].get(k) for k in keys if k != 'seed')
-    settings.setdefault(setting, [])
-    if run['status'] == 'finished' and run['summary']:
-      settings[setting].append(run['summary'])
-    else:
-      others[setting] = others.get(setting, 0) + 1
+    settings.setdefault(tuple(run['values'].get(k) for k in keys if k != 'seed'), []).append(run)
   rows = []
-  for setting, summaries in settings.items():
+  for setting, members in settings.items():
+    summaries = [run['summary'] for run in members
+                 if run['status'] == 'finished' and run['summary']]
     if not summaries:
       continue
     row = {**dict(zip([k for k in keys if k != 'seed'], setting)), 'seeds': len(summaries),
-           'not finished': others.get(setting, 0)}
+           'not finished': len(members) - len(summaries)}
     for name in PERPLEXITIES:
       values = np.array([s.get(name, np.nan) for s in summaries], dtype=np.float64)
       row.update({f'{name} mean': float(values.mean()),

@@ -158,12 +158,17 @@ LARGE = 20_000  # bytes: a file this large that the page does not include (a tab
 # run, a CSV at full precision) backs only a sentence naming it: it would back most numbers
 
 
+def included(page: pathlib.Path) -> list[pathlib.Path]:
+  """The results files the page includes (its ``{include}`` directives)."""
+  return [(page.parent / name).resolve()
+          for name in re.findall(r'```\{include\} (\S+)', page.read_text())]
+
+
 def split_by_size(page: pathlib.Path) -> tuple[list[pathlib.Path], list[pathlib.Path]]:
   """The page's named files: (those that back the whole page, the large ones)."""
-  included = {(page.parent / name).resolve()
-              for name in re.findall(r'```\{include\} (\S+)', page.read_text())}
+  includes = set(included(page))
   files = named_files(page)
-  small = [f for f in files if f.stat().st_size <= LARGE or f.resolve() in included
+  small = [f for f in files if f.stat().st_size <= LARGE or f.resolve() in includes
            or not f.is_relative_to(RESULTS)]
   return small, [f for f in files if f not in small]
 
@@ -227,7 +232,7 @@ ONE_SEED = re.compile(r'\(1 seed\(s\)\)|one run each')
 SPREAD = re.compile(r'interquartile|IQR|quartile|Wilson|95% CI|standard deviation')
 
 
-def missing(table: str) -> str:
+def lacks(table: str) -> str:
   """What a published table lacks: its seed count, or (over more than one seed) a spread or
   an interval; '' when it has both."""
   if not SEEDS.search(table):
@@ -235,15 +240,15 @@ def missing(table: str) -> str:
   return '' if ONE_SEED.search(table) or SPREAD.search(table) else 'a spread or an interval'
 
 
-def test_missing_finds_a_table_without_seeds_and_one_over_seeds_without_spread():
+def test_lacks_finds_a_table_without_seeds_and_one_over_seeds_without_spread():
   rows = '\n\n| rho | loss |\n|---|---|\n| 1.0 | 2.5 |'
-  assert missing('Medians.' + rows) == 'a seed count'
-  assert missing('Medians over 3 seeds.' + rows) == 'a spread or an interval'
-  assert missing('One run a row (1 seed(s)).' + rows) == ''
-  assert missing('Median [IQR] over 3 seeds.' + rows) == ''
+  assert lacks('Medians.' + rows) == 'a seed count'
+  assert lacks('Medians over 3 seeds.' + rows) == 'a spread or an interval'
+  assert lacks('One run a row (1 seed(s)).' + rows) == ''
+  assert lacks('Median [IQR] over 3 seeds.' + rows) == ''
 
 
 @pytest.mark.parametrize('page', STUDIES, ids=lambda p: p.name)
 def test_every_table_a_page_includes_gives_its_seeds_and_their_spread(page):
-  for target in re.findall(r'```\{include\} (\S+)', page.read_text()):
-    assert not missing((page.parent / target).resolve().read_text()), target
+  for table in included(page):
+    assert not lacks(table.read_text()), table

@@ -105,9 +105,9 @@ def test_a_sweep_of_seeds_alone_has_its_row_over_seeds(tmp_path):
 
 
 def test_a_figure_of_many_settings_wraps_its_panels_into_rows(tmp_path):
-  """Five panels: two rows of at most ``PANELS_A_ROW`` (4.5 in a panel, 4 in a row, 120 dpi)."""
+  """Five panels: two rows of at most ``_PANELS_A_ROW`` (4.5 in a panel, 4 in a row, 120 dpi)."""
   panels = {f'setting {i}': [([1, 2], [1.0, 0.5], {})] for i in range(5)}
   report._draw(tmp_path / 'plot.png', panels, 'k', 'ratio')
   width, height = struct.unpack('>II', (tmp_path / 'plot.png').read_bytes()[16:24])
-  assert report.PANELS_A_ROW == 4
+  assert report._PANELS_A_ROW == 4
   assert (width, height) == ((4.5 * 4 + 1.5) * 120, 2 * 4.0 * 120)

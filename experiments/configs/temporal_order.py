@@ -16,8 +16,7 @@ lanes go on computing until the last run stops). ``results_over_seeds.md`` gives
 per (T, method, init), the fraction of the 5 runs solved within 10k ... 200k
 updates and the median updates to success. Budget: 2.5 to 5.5 CPU hours for the
 60 runs (0.5 ms an update at T = 50 without Omega, 1.3 ms with it, twice that at T
-= 100, on one core of this 2-core machine; the published study, at times beside
-other studies, took 5.43 run hours).
+= 100, on one core of this 2-core machine; more with other jobs beside it).
 
 The generalization test of the paper (one basic-tanh MSGD-CR model trained on
 lengths drawn from [50, 200), tested on longer sequences) is the 'range' mode:

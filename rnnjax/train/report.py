@@ -41,7 +41,7 @@ __all__ = ['Rate', 'Spread', 'wilson', 'spread', 'fisher', 'bound', 'pyplot', 's
            'write']
 
 PROFILE_DISTANCES = tuple(str(k) for k in diagnostics.PROFILE_DISTANCES)
-PANELS_A_ROW = 4  # a figure of many settings wraps into rows, readable on a page
+_PANELS_A_ROW = 4  # a figure of many settings wraps into rows, readable on a page
 
 
 class Rate(NamedTuple):
@@ -256,9 +256,9 @@ def pyplot() -> Any:
 
 def _draw(path: pathlib.Path, panels: dict[str, list], xlabel: str, ylabel: str,
           log: str = '', title: str = '') -> None:
-  """Panels sharing y, ``PANELS_A_ROW`` a row: title -> curves ``(xs, ys, style[, (lows,
+  """Panels sharing y, ``_PANELS_A_ROW`` a row: title -> curves ``(xs, ys, style[, (lows,
   highs)])``; ``log``: 'x', 'y'."""
-  columns = min(len(panels), PANELS_A_ROW)
+  columns = min(len(panels), _PANELS_A_ROW)
   rows = -(-len(panels) // columns)
   figure, axes = pyplot().subplots(rows, columns, figsize=(4.5 * columns + 1.5, 4.0 * rows),
                                     squeeze=False, sharey=True)
