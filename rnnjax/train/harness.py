@@ -4,7 +4,10 @@ The order is the rule of the run folder: plan every run (``plan.plan``, read-onl
 the data and the model (``Experiment.task``) and check the memory they need, and only then lock
 the folders, plan again under the locks (a plan holds only under the lock that acts on it) and
 write. A run whose report fails after training keeps the error in its summary (``report_error``).
-The loop, checkpoints, metrics and TensorBoard are the trainer's.
+A group trains as a unit: when one of its runs has to train, every run of it steps, those that
+ended riding along (their files rewritten with the same values), so that each run steps in the
+program of one group size from start to end (XLA compiles another program for another size, and
+its floats differ). The loop, checkpoints, metrics and TensorBoard are the trainer's.
 """
 
 import os
@@ -58,6 +61,11 @@ def _plans(kind: experiment.Experiment, configs: Sequence[ConfigDict],
   return plans
 
 
+def _todo(plans: Sequence[planning.RunPlan]) -> list[int]:
+  """The runs a group steps: every one when one has not ended (the module docstring), else none."""
+  return list(range(len(plans))) if any(run.action != 'ended' for run in plans) else []
+
+
 def _load(kind: experiment.Experiment, config: ConfigDict, stop_requested: Callable[[], bool]
           ) -> trainer.Task:
   """``kind.task(config)`` in a thread: a stop request ends a job whose data hangs at once."""
@@ -97,8 +105,8 @@ def run_group(kind: experiment.Experiment, configs: Sequence[ConfigDict],
       run's report is written (a group's reports can outlast an executor's stall watch).
 
   Returns:
-    R summaries: the trainer's record and the task's report; for a run that had ended
-    already, its summary.json as it is.
+    R summaries: the trainer's record and the task's report; for a group whose runs had all
+    ended already, their summary.json as it is.
 
   Raises:
     ValueError: before any folder is touched: a run the plan refuses (the reason), runs that
@@ -108,7 +116,7 @@ def run_group(kind: experiment.Experiment, configs: Sequence[ConfigDict],
     corpora.CorpusError and other errors of the experiment's data.
   """
   plans = _plans(kind, configs, folders, overwrite)
-  todo = [i for i, run in enumerate(plans) if run.action != 'ended']
+  todo = _todo(plans)
   writer = jax.process_index() == 0
   if todo:
     keys = {experiment.group_key(kind, configs[i]) for i in todo}
@@ -128,7 +136,7 @@ def run_group(kind: experiment.Experiment, configs: Sequence[ConfigDict],
   try:
     if writer:
       plans = _plans(kind, configs, folders, overwrite)
-      todo = [i for i in todo if plans[i].action != 'ended']
+      todo = _todo(plans) and todo
     summaries: list[dict] = [run_folder.read_json(run.folder / run_folder.SUMMARY)
                              if run.action == 'ended' else {} for run in plans]
     if not todo:

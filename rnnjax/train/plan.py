@@ -12,7 +12,8 @@
             where ``overwrite='none'``): nothing is done; the reason is one line
 
 The launcher plans a sweep with it and the harness its group; nothing else decides.
-``folder_names`` names a sweep's run folders and ``jobs`` cuts the runs to train into groups.
+``folder_names`` names a sweep's run folders, ``jobs`` cuts the runs to train into groups and
+``partition`` keeps the groups an earlier launch of a sweep recorded.
 """
 
 import collections
@@ -27,7 +28,8 @@ from rnnjax.train import checkpoints
 from rnnjax.train import experiment
 from rnnjax.train import run_folder
 
-__all__ = ['RunPlan', 'OVERWRITE', 'plan', 'saved_config', 'differing_keys', 'folder_names', 'jobs']
+__all__ = ['RunPlan', 'Partition', 'OVERWRITE', 'plan', 'saved_config', 'differing_keys',
+           'folder_names', 'jobs', 'partition']
 
 OVERWRITE = ('none', 'changed', 'all')
 
@@ -149,6 +151,39 @@ def folder_names(sweep: Sequence[dict], keys: Sequence[str]) -> list[str]:
   return names
 
 
+def _cut(kind: experiment.Experiment, plans: Sequence[RunPlan], runs: Sequence[int],
+         max_group_size: int, parts: int) -> list[tuple[Any, list[int]]]:
+  """``runs`` cut into ``(program, members)`` jobs by group key and checkpoint step (``jobs``)."""
+  groups: dict[Any, list[int]] = {}
+  for i in runs:
+    key = (experiment.group_key(kind, plans[i].config), plans[i].step)
+    groups.setdefault(key if max_group_size != 1 else i, []).append(i)
+  cut = []
+  for key, members in groups.items():
+    count = -(-len(members) // max_group_size) if max_group_size else min(parts, len(members))
+    edges = [len(members) * part // count for part in range(count + 1)]
+    cut += [((key[0] if max_group_size != 1 else key, end - start), members[start:end])
+            for start, end in zip(edges, edges[1:])]
+  return cut
+
+
+def _ordered(kind: experiment.Experiment, plans: Sequence[RunPlan],
+             cut: list[tuple[Any, list[int]]], parts: int) -> list[list[int]]:
+  """The jobs' members, the most work first, but the first ``parts`` jobs different programs
+  where there are enough (``jobs``)."""
+  cut = sorted(cut, key=lambda job: -sum(kind.work(plans[i].config) * plans[i].config.steps
+                                         for i in job[1]))
+  firsts: dict[Any, int] = {}  # each program's first job
+  for n, (program, _) in enumerate(cut):
+    firsts.setdefault(program, n)
+  first = list(firsts.values())[:parts]
+  return [cut[n][1] for n in first + [n for n in range(len(cut)) if n not in first]]
+
+
+def _trains(run: RunPlan) -> bool:
+  return run.action in ('new', 'resume', 'changed')
+
+
 def jobs(kind: experiment.Experiment, plans: Sequence[RunPlan], max_group_size: int = 0,
          parts: int = 1) -> list[list[int]]:
   """The runs to train (new, resume, changed) cut into jobs: lists of indices into ``plans``, in
@@ -160,20 +195,65 @@ def jobs(kind: experiment.Experiment, plans: Sequence[RunPlan], max_group_size: 
   together) are different programs where there are enough, so that a program one process
   compiled is read from JAX's persistent compilation cache by the next that needs it.
   """
-  groups: dict[Any, list[int]] = {}
-  for i, run in enumerate(plans):
-    if run.action in ('new', 'resume', 'changed'):
-      key = (experiment.group_key(kind, run.config), run.step)
-      groups.setdefault(key if max_group_size != 1 else i, []).append(i)
-  cut = []  # (program, runs)
-  for key, members in groups.items():
-    count = -(-len(members) // max_group_size) if max_group_size else min(parts, len(members))
-    edges = [len(members) * part // count for part in range(count + 1)]
-    cut += [((key[0] if max_group_size != 1 else key, end - start), members[start:end])
-            for start, end in zip(edges, edges[1:])]
-  cut.sort(key=lambda job: -sum(kind.work(plans[i].config) * plans[i].config.steps for i in job[1]))
-  firsts: dict[Any, int] = {}  # each program's first job
-  for n, (program, _) in enumerate(cut):
-    firsts.setdefault(program, n)
-  first = list(firsts.values())[:parts]
-  return [cut[n][1] for n in first + [n for n in range(len(cut)) if n not in first]]
+  todo = [i for i, run in enumerate(plans) if _trains(run)]
+  return _ordered(kind, plans, _cut(kind, plans, todo, max_group_size, parts), parts)
+
+
+class Partition(NamedTuple):
+  """A launch's jobs and the record of groups a relaunch keeps (``partition``)."""
+  jobs: list[list[int]]  # indices into the plans, in the order they start
+  groups: list[list[str]]  # every recorded group, as run folder names, after this launch
+  regrouped: list[int]  # runs to train in another group than the one they were recorded in
+
+
+def partition(kind: experiment.Experiment, plans: Sequence[RunPlan], names: Sequence[str],
+              recorded: Sequence[Sequence[str]] = (), max_group_size: int = 0,
+              parts: int = 1) -> Partition:
+  """The jobs of a sweep's launch, keeping the groups an earlier launch recorded.
+
+  A run's floats are a function of its config and of the size of the vmapped group it trains
+  in (XLA compiles another program for another group size), so the group is part of the plan:
+  cut once, recorded, and kept by every relaunch. A recorded group (``recorded``: lists of the
+  folder names of ``names``) is kept as one job, in its recorded order, when one of its runs
+  trains, all of them are runs of ``plans`` planned 'new', 'resume' or 'ended' (not 'changed' or
+  'refused') with one group key, and it fits ``max_group_size`` (0: any size); its ended runs
+  ride along (the harness steps a group as a unit, from its runs' newest common checkpoint).
+  The other runs to train are cut as ``jobs`` cuts them and recorded as new groups; those of
+  them that were in a recorded group, and are not trained again from the start ('changed'),
+  are ``regrouped``.
+
+  Args:
+    kind: the experiment of every run.
+    plans: R ``RunPlan``s.
+    names: the R runs' folder names.
+    recorded: the groups recorded by earlier launches (``Partition.groups``).
+    max_group_size, parts: as ``jobs``.
+
+  Returns:
+    the ``Partition``.
+  """
+  where = {name: i for i, name in enumerate(names)}
+  group_of = {name: n for n, group in enumerate(recorded) for name in group}
+  kept, held = [], set()
+  for group in recorded:
+    members = [where.get(name) for name in group]
+    if (any(i is None for i in members) or len(set(group)) < len(group)
+        or any(group_of[name] != group_of[group[0]] for name in group)):
+      continue
+    runs = [plans[i] for i in members if i is not None]
+    if (any(run.action not in ('new', 'resume', 'ended') for run in runs)
+        or not any(_trains(run) for run in runs)
+        or len({experiment.group_key(kind, run.config) for run in runs}) > 1
+        or 0 < max_group_size < len(runs)):
+      continue
+    program = (experiment.group_key(kind, runs[0].config), len(runs))
+    kept.append((program, [i for i in members if i is not None]))
+    held.update(group)
+  rest = [i for i, run in enumerate(plans) if _trains(run) and names[i] not in held]
+  fresh = _cut(kind, plans, rest, max_group_size, parts)
+  moved = {names[i] for _, members in fresh for i in members}
+  groups = [[name for name in group if name not in moved] for group in recorded]
+  groups = [group for group in groups if group] + [[names[i] for i in members]
+                                                   for _, members in fresh]
+  regrouped = [i for i in rest if names[i] in group_of and plans[i].action != 'changed']
+  return Partition(_ordered(kind, plans, kept + fresh, parts), groups, regrouped)

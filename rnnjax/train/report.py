@@ -101,7 +101,8 @@ def _rows(runs: Sequence[dict], keys: Sequence[str], reported: Sequence[str],
   for run in runs:
     summary, timing = run['summary'] or {}, run['timing'] or {}
     row = {'run_folder': run['name'], **{k: run['values'].get(k) for k in keys},
-           'status': run['status'], **{name: summary.get(name, math.nan) for name in reported}}
+           'status': run['status'], 'regrouped': 'yes' if run.get('regrouped') else '',
+           **{name: summary.get(name, math.nan) for name in reported}}
     for when in ('first', 'final'):
       profile = summary.get(f'{when}_profile') or {}
       row.update({f'{when}_profile_k{k}': profile.get(k, math.nan) for k in PROFILE_DISTANCES})
@@ -401,7 +402,8 @@ def write(runs: Sequence[dict], keys: Sequence[str], kind: experiment.Experiment
 
   Args:
     runs: per run, a dict of its folder's ``name``, ``values`` (its swept values), ``config`` (as
-      config.json holds it), ``summary`` and ``timing`` (None where missing) and ``status``.
+      config.json holds it), ``summary`` and ``timing`` (None where missing), ``status`` and
+      optionally ``regrouped`` (True: a column and a note say so).
     keys: the swept keys, in order.
     kind: the ``Experiment`` (its ``report`` fields and ``plots``).
     folder: the sweep folder.
@@ -419,7 +421,11 @@ def write(runs: Sequence[dict], keys: Sequence[str], kind: experiment.Experiment
   if command_line:
     heading += ('\n\nSet for every run on the command line: '
                 + ', '.join(f'{name}={value!r}' for name, value in command_line.items()) + '.')
-  shown = {'status', 'seconds', *keys, *kind.report}
+  if any(run.get('regrouped') for run in runs):
+    heading = '\n\n'.join(filter(None, [heading, 'A run marked regrouped trained part of its steps in another vmapped group '
+                'than its first (its group changed or failed, or --max_group_size shrank): its '
+                'floats may differ from those of an uninterrupted sweep.']))
+  shown = {'status', 'regrouped', 'seconds', *keys, *kind.report}
   seeds = len({row.get('seed') for row in rows})
   markdown = _markdown(
       [{c: v for c, v in row.items() if c in shown or '_profile_k' in c} for row in rows],

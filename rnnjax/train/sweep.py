@@ -3,8 +3,11 @@
 Each run gets the folder ``<workdir>/<swept values>`` (``plan.folder_names``; ``runs.json`` maps
 folder names to swept values). The runs are planned once, before anything runs (``plan.plan``,
 overwrite 'changed', or 'all' for the runs to overwrite). Runs that differ only in values that
-change no program train as one vmapped group, cut into jobs for the executor (``executors``). One
-launcher per sweep folder (its ``.lock``). At the end the sweep writes the tables of what the run
+change no program train as one vmapped group, cut into jobs for the executor (``executors``).
+The groups are part of the plan (a run's floats depend on its group's size): ``groups.json``
+records them and every relaunch keeps them (``plan.partition``); a run that must train in another
+group is named on the plan line and marked 'regrouped' in results.md. One launcher per sweep
+folder (its ``.lock``). At the end the sweep writes the tables of what the run
 folders hold (``report.write``; a run whose folder has since trained another config is 'replaced'),
 prints them and each failed run's reason. A signal (Ctrl-C, SIGTERM) at any moment stops it: no job
 starts after it, the running ones checkpoint, the tables of what ended are written, and it exits
@@ -29,7 +32,9 @@ from rnnjax.train import plan as planning
 from rnnjax.train import report
 from rnnjax.train import run_folder
 
-__all__ = ['SweepError', 'swept_keys', 'run_configs', 'provenance', 'sweep']
+__all__ = ['SweepError', 'GROUPS', 'swept_keys', 'run_configs', 'provenance', 'sweep']
+
+GROUPS = 'groups.json'  # a sweep's folder: its vmapped groups and regrouped runs (``plan.partition``)
 
 
 class SweepError(ValueError):
@@ -68,13 +73,15 @@ def run_configs(base: ConfigDict, sweep: list[dict], command_line: Mapping[str, 
 
 def provenance() -> dict:
   """Where and when runs are measured: the git commit of the working directory (with
-  '+changes' when it has uncommitted changes), the date and the host."""
+  '+changes' when it has uncommitted changes; outside a git checkout 'rnnjax <version>'), the
+  date and the host."""
   try:  # every tag left out: the commit's hash, never a tag's name
     commit = subprocess.run(['git', 'describe', '--always', '--abbrev=12', '--exclude=*',
                              '--dirty=+changes'], text=True, capture_output=True,
                             check=True).stdout.strip()
   except (OSError, subprocess.CalledProcessError):
-    commit = 'unknown'
+    from rnnjax import __version__  # pylint: disable=import-outside-toplevel
+    commit = f'rnnjax {__version__}'
   return {'commit': commit, 'date': datetime.date.today().isoformat(), 'host': socket.gethostname()}
 
 
@@ -141,11 +148,12 @@ def sweep(kind: experiment.Experiment, configs: list[ConfigDict], overrides: lis
     lock = run_folder.lock(workdir)
     run_folder.write_json(workdir / run_folder.SWEEP_INDEX, dict(zip(names, overrides)))
     _note(workdir, names, plans)
-    groups = planning.jobs(kind, plans, max_group_size, runners[0].parts)
+    regrouped, groups = _partition(kind, plans, names, workdir, max_group_size, runners[0].parts)
     statuses: dict[int, str] = {}  # of the runs that did not end: failed, interrupted
     _train(runners[0], kind, plans, names, modes, groups, verbosity, reasons, statuses,
            workdir / '.jobs')
-    table, kept = _tables(kind, plans, overrides, names, keys, statuses, workdir, command_line)
+    table, kept = _tables(kind, plans, overrides, names, keys, statuses, workdir, command_line,
+                          regrouped)
     _print(table)
     if received:
       _print(f'\ninterrupted: {kept} of {len(plans)} runs have ended and are kept, the others '
@@ -204,6 +212,32 @@ def _note(workdir: pathlib.Path, names: list[str], plans: list[planning.RunPlan]
            + ', '.join(changed))
 
 
+def _partition(kind: experiment.Experiment, plans: list[planning.RunPlan], names: list[str],
+               workdir: pathlib.Path, max_group_size: int, parts: int
+               ) -> tuple[set[str], list[list[int]]]:
+  """This launch's jobs, keeping the groups of ``GROUPS`` (``plan.partition``), recorded anew;
+  the names of the runs that have trained in another group than their first (ever, until
+  trained again from the start), those of this launch named on a line."""
+  saved = run_folder.read_json(workdir / GROUPS)
+  recorded = saved.get('groups', []) if isinstance(saved, dict) else []
+  if not (isinstance(recorded, list) and all(
+      isinstance(group, list) and all(isinstance(name, str) for name in group)
+      for group in recorded)):
+    _print(f'note: {workdir / GROUPS} is damaged; the runs to train are grouped anew')
+    recorded = []
+  cut = planning.partition(kind, plans, names, recorded, max_group_size, parts)
+  restarted = {names[i] for i, run in enumerate(plans) if run.action == 'changed'}
+  before = set(saved.get('regrouped', [])) if isinstance(saved, dict) else set()
+  regrouped = (before - restarted) | {names[i] for i in cut.regrouped}
+  run_folder.write_json(workdir / GROUPS, {'groups': cut.groups, 'regrouped': sorted(regrouped)})
+  if cut.regrouped:
+    _print(f'{len(cut.regrouped)} run(s) train in another vmapped group than the one recorded in '
+           f'{GROUPS} (a member changed or failed its checks, or --max_group_size is smaller than '
+           'the group), so their floats may differ from an uninterrupted sweep\'s; marked '
+           'regrouped in results.md: ' + ', '.join(names[i] for i in cut.regrouped))
+  return regrouped, cut.jobs
+
+
 def _train(runner: executors.Executor, kind: experiment.Experiment,
            plans: list[planning.RunPlan], names: list[str], modes: list[str],
            groups: list[list[int]], verbosity: int, reasons: dict[int, str],
@@ -218,7 +252,8 @@ def _train(runner: executors.Executor, kind: experiment.Experiment,
           for n, group in enumerate(groups)]
   index = {run.folder.absolute(): i for i, run in enumerate(plans)}
   weights = {job['id']: sum(kind.work(plans[i].config) for i in group) for job, group in jobs}
-  done = {job['id']: plans[group[0]].step for job, group in jobs}
+  done = {job['id']: min(plans[i].step for i in group if plans[i].action != 'ended')
+          for job, group in jobs}
   total = sum(weights[job['id']] * plans[group[0]].config.steps for job, group in jobs)
 
   def on_end(job: dict, result: dict) -> None:
@@ -237,13 +272,15 @@ def _train(runner: executors.Executor, kind: experiment.Experiment,
       bar.update((step - done[job['id']]) * weights[job['id']])
       done[job['id']] = step
 
-  ended = sum(run.action == 'ended' for run in plans)
+  riding = {i for _, group in jobs for i in group if plans[i].action == 'ended'}
+  ended = sum(run.action == 'ended' for run in plans) - len(riding)
   resuming = sum(run.action == 'resume' and run.step > 0 for run in plans)
   refused = sum(run.action == 'refused' for run in plans)
   _print(f'{len(plans)} runs: {ended} ended already, {refused} failed their checks, '
          f'{sum(len(group) for _, group in jobs)} to train'
          + (f' ({resuming} from their checkpoints)' if resuming else '')
-         + f' in {len(jobs)} job(s) {runner.where}')
+         + f' in {len(jobs)} job(s) {runner.where}'
+         + (f' ({len(riding)} that ended ride along in their recorded groups)' if riding else ''))
   job_folder.mkdir(exist_ok=True)
   for stale in job_folder.glob('*.json'):  # results of an earlier launch
     stale.unlink()
@@ -255,7 +292,8 @@ def _train(runner: executors.Executor, kind: experiment.Experiment,
 
 def _tables(kind: experiment.Experiment, plans: list[planning.RunPlan],
             overrides: list[dict], names: list[str], keys: list[str], statuses: dict[int, str],
-            workdir: pathlib.Path, command_line: dict | None) -> tuple[str, int]:
+            workdir: pathlib.Path, command_line: dict | None, regrouped: set[str]
+            ) -> tuple[str, int]:
   """Writes the tables (SweepError where it cannot): the per-run table, how many runs ended."""
   runs = []
   for i, (run, values, name) in enumerate(zip(plans, overrides, names)):
@@ -267,7 +305,8 @@ def _tables(kind: experiment.Experiment, plans: list[planning.RunPlan],
       status = 'replaced'  # its folder trained another config since (rnnjax-run --overwrite)
     runs.append({'name': name, 'values': values, 'config': experiment.as_dict(run.config),
                  'summary': summary if status in run_folder.ENDED else None, 'status': status,
-                 'timing': run_folder.read_json(run.folder / run_folder.TIMING)})
+                 'timing': run_folder.read_json(run.folder / run_folder.TIMING),
+                 'regrouped': name in regrouped})
   try:
     table = report.write(runs, keys, kind, workdir, command_line)
   except OSError as error:
