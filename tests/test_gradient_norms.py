@@ -2,6 +2,8 @@
 and the measurement experiment over radii and seeds."""
 
 import csv
+import math
+import pathlib
 import subprocess
 import sys
 
@@ -165,3 +167,171 @@ def test_crossings_give_the_median_and_the_quartile_curves_radius_of_rate_one(tm
   assert float(row['mean field rate = 1 at rho']) == pytest.approx(1.284, abs=5e-4)
   assert (row['seeds'], float(row['sigma_max = 1 at rho'])) == ('8', 1.5)
   assert float(row['largest |rate / mean field - 1|']) == 0.2
+
+
+# Issue 49: a row is a function of what it names.
+
+def test_a_linearised_row_is_the_same_whatever_else_is_asked():
+  """Given radii, each is drawn afresh from ``default_rng(seed)``: a row equals itself asked
+  alone (radius alone, distance alone, in another order), exactly; the seed note's one
+  stream (radii None) is the exception, and it too is the same for fewer distances."""
+  table = gradient_tables.gradient_norm_table
+  for seed in (1, 7):
+    full = table((0.7, 1.0, 1.3), (20, 40, 60), 'linearised', seed=seed)
+    for rho in (0.7, 1.0, 1.3):
+      assert table((rho,), (20, 40, 60), 'linearised', seed=seed)[rho] == full[rho]
+      for k in (20, 40, 60):
+        assert table((rho,), (k,), 'linearised', seed=seed)[rho][k] == full[rho][k]
+    assert table((1.3, 0.7), (60, 20), 'linearised', seed=seed)[1.3][20] == full[1.3][20]
+  # The issue's three numbers: 6.18e-02 (the note's stream), 1.009e-01 (1.0 drawn afresh),
+  # and no longer 3.73e-02 (the note's stream with 20 steps a radius).
+  assert f"{table(protocol='linearised')[1.0][20]:.2e}" == '6.18e-02'
+  assert table(protocol='linearised', distances=(20,))[1.0][20] == table(
+      protocol='linearised')[1.0][20]
+  assert f"{table((1.0,), (20,), 'linearised')[1.0][20]:.3e}" == '1.009e-01'
+  assert table((0.7,), (20, 40, 60), 'linearised') == {0.7: table(protocol='linearised')[0.7]}
+
+
+def test_a_network_row_is_the_same_whatever_else_is_asked():
+  """Every radius draws the same keys: a row equals itself asked alone; with the same T =
+  transient + max(distances) + 1, fewer distances give the same ratios, exactly."""
+  def table(radii, distances, transient=0, seed=2):
+    return gradient_tables.gradient_norm_table(radii, distances, 'network', hidden_size=12,
+                                               seed=seed, sequences=4, transient=transient)
+  full = table((0.5, 1.0, 1.5), (3, 8))
+  fewer = table((1.5, 0.5), (8, 3))  # fewer radii, in another order
+  assert fewer == {rho: full[rho] for rho in (1.5, 0.5)}
+  alone = table((0.5,), (3,), transient=5)[0.5]  # T = 9, as for distances (3, 8)
+  assert alone == {3: full[0.5][3],
+                   'measured_spectral_radius': full[0.5]['measured_spectral_radius']}
+
+
+def test_the_spread_is_finite_and_brackets_the_median():
+  spread = gradient_tables.gradient_norm_spread(12, 5, protocol='linearised', radii=(1.0, 1.3),
+                                                distances=(10, 20), hidden_size=16)
+  draws = [gradient_tables.gradient_norm_table((1.0, 1.3), (10, 20), 'linearised', 16, s)
+           for s in range(5, 17)]
+  for rho in (1.0, 1.3):
+    for k in (10, 20):
+      median, low, high = spread[rho][k]
+      assert all(np.isfinite((median, low, high))) and low < median < high
+      values = [draw[rho][k] for draw in draws]
+      assert median == np.median(values)
+      assert (low, high) == tuple(np.percentile(values, (10, 90)))
+  alone = gradient_tables.gradient_norm_spread(12, 5, protocol='linearised', radii=(1.3,),
+                                               distances=(20,), hidden_size=16)
+  assert alone[1.3][20] == spread[1.3][20]  # a row's spread is the same whatever else is asked
+  network = gradient_tables.gradient_norm_spread(2, protocol='network', radii=(1.0,),
+                                                 distances=(2,), hidden_size=8, sequences=2)
+  median, low, high = network[1.0][2]
+  assert 0 < low <= median <= high < 10
+  assert set(network[1.0]) == {2, 'measured_spectral_radius'}
+  default = gradient_tables.gradient_norm_spread(2, protocol='linearised', distances=(5,),
+                                                 hidden_size=8)
+  assert list(default) == [0.7, 1.0, 1.3]  # radii None: the note's radii, each drawn afresh
+  assert default[1.0] == gradient_tables.gradient_norm_spread(
+      2, protocol='linearised', radii=(1.0,), distances=(5,), hidden_size=8)[1.0]
+
+
+def test_the_committed_spread_table_is_what_spread_table_writes():
+  """docs/results/gradient_norm_spread.md, included by docs/reference_numbers.md: the seed
+  note's nine numbers beside the median and 10-90% over 200 seeds."""
+  path = pathlib.Path(__file__).resolve().parent.parent / 'docs/results/gradient_norm_spread.md'
+  text = gradient_tables.spread_table()
+  assert path.read_text() == text
+  rows = {(float(cells[0]), int(cells[1])): cells[2:]
+          for line in text.splitlines()[4:]
+          for cells in [[c.strip() for c in line.strip('|').split('|')]]}
+  assert {rho: tuple(rows[rho, k][0] for k in (20, 40, 60)) for rho in SEED_TABLE} == SEED_TABLE
+  for note, afresh, median, low, high in rows.values():
+    assert float(low) < float(median) < float(high)
+    assert float(low) < float(note) < float(high)
+  assert rows[1.0, 20][1:] == ['1.01e-01', '9.52e-02', '3.20e-02', '1.73e-01']
+  assert rows[1.3, 60][1:] == ['3.09e+04', '1.88e+04', '6.15e+03', '4.31e+04']
+
+
+@pytest.mark.parametrize('kwargs, message', [
+    (dict(radii=1.0), r'^radii: expected a sequence of spectral radii such as \(1.0,\), got '
+                      r'the float 1.0; pass radii=\(1.0,\) for one$'),
+    (dict(radii='1.0'), r"^radii: expected a sequence of spectral radii such as \(1.0,\), got "
+                        r"the str '1.0'"),
+    (dict(radii=np.float64(1.0)), r'^radii: expected a sequence .* got the float64'),
+    (dict(radii=()), r'^radii: expected at least one spectral radius, got \(\); pass'),
+    (dict(radii=(1.0, -0.5)), r'^radii\[1\]: expected a finite value >= 0, got -0.5$'),
+    (dict(distances=20), r'^distances: expected a sequence of distances k >= 1 in steps such '
+                         r'as \(20, 40, 60\), got the int 20; pass distances=\(20,\) for one$'),
+    (dict(dtype=jnp.int32), r"^dtype: expected a floating dtype such as jnp.float32, got "
+                            r"<class 'jax.numpy.int32'>; pass dtype=jnp.float32"),
+    (dict(dtype='no such dtype'), r"^dtype: expected a floating dtype .* got 'no such dtype'"),
+    (dict(dtype=jnp.float64), r'^dtype: expected a dtype JAX holds as it is, got float64 with '
+                              r'jax_enable_x64 off .*pass dtype=jnp.float32$'),
+    (dict(protocol='linearised', params={'W_xh': np.zeros((2, 2)), 'W_hh': np.zeros((2, 2))}),
+     r"^params: expected None with protocol 'linearised' .*pass protocol='network'"),
+])
+def test_bad_input_names_the_argument_the_value_and_the_fix(kwargs, message):
+  with pytest.raises(ValueError, match=message) as error:
+    gradient_tables.gradient_norm_table(**{'distances': (1,), **kwargs})
+  assert '\n' not in str(error.value)
+
+
+def test_the_spread_refuses_bad_seeds_and_unknown_arguments():
+  with pytest.raises(ValueError, match=r'^seeds: expected an int >= 1, got 0$'):
+    gradient_tables.gradient_norm_spread(0, protocol='linearised')
+  with pytest.raises(ValueError, match=r'^seed: expected an int in \[0, '):
+    gradient_tables.gradient_norm_spread(2, 2 ** 63 - 1, protocol='linearised')
+  with pytest.raises(ValueError, match=r"^table_arguments: expected gradient_norm_table's "
+                                       r"arguments but seed, got \['radius'\]"):
+    gradient_tables.gradient_norm_spread(2, radius=(1.0,))
+  with pytest.raises(ValueError, match=r'^radii: expected a sequence'):
+    gradient_tables.gradient_norm_spread(2, radii=1.0, protocol='linearised')
+
+
+# The mean-field functions against mpmath (30 digits), or, without it, scipy's quad over z
+# with its own splits: independent of the library's Gauss-Legendre pieces in a.
+
+def _reference_mean(function_name: str, q: float) -> float:
+  """E[tanh(sqrt(q) z)^2] or E[tanh'(sqrt(q) z)^2], z ~ N(0, 1), integrated over z."""
+  s = math.sqrt(q)
+  cuts = sorted({0.0, *(c / s for c in (0.5, 2.0, 8.0) if c / s < 12), 12.0})  # tanh's scale
+  try:
+    import mpmath
+  except ImportError:
+    from scipy import integrate
+    f = ((lambda z: math.tanh(s * z) ** 2) if function_name == 'tanh2' else
+         (lambda z: (1 - math.tanh(s * z) ** 2) ** 2))
+    pieces = [integrate.quad(lambda z: f(z) * math.exp(-z * z / 2), a, b, epsabs=0,
+                             epsrel=1e-13, limit=500)[0] for a, b in zip(cuts, cuts[1:])]
+    return 2 * math.fsum(pieces) / math.sqrt(2 * math.pi)
+  with mpmath.workdps(30):
+    s = mpmath.sqrt(mpmath.mpf(q))
+    f = ((lambda z: mpmath.tanh(s * z) ** 2) if function_name == 'tanh2' else
+         (lambda z: mpmath.sech(s * z) ** 4))
+    value = 2 * mpmath.quad(lambda z: f(z) * mpmath.npdf(z), [*cuts, mpmath.inf])
+    return float(value)
+
+
+@pytest.mark.parametrize('q', [1e-4, 0.01, 1.0, 10.0, 100.0, 1e4])
+def test_mean_field_rate_against_a_high_precision_integral(q):
+  want = 1.3 * math.sqrt(_reference_mean('sech4', q))
+  assert gradient_tables.mean_field_rate(1.3, q) == pytest.approx(want, rel=1e-9)
+  if q == 100.0:  # 101-node Gauss-Hermite gave 0.353 at rho 1
+    assert gradient_tables.mean_field_rate(1.0, q) == pytest.approx(0.23045, abs=1e-5)
+
+
+@pytest.mark.parametrize('radius', [0.5, 1.0, 1.5, 3.0, 10.0])
+@pytest.mark.parametrize('input_scale', [0.0, 0.3, 1.0])
+def test_mean_field_variance_is_the_fixed_point_of_a_high_precision_map(radius, input_scale):
+  """q* = rho^2 E[tanh(sqrt(q*) z)^2] + sigma_in^2 to 1e-9 relative, with the mean
+  integrated independently; without a drive q* is 0 at rho <= 1 and the map's attracting
+  positive fixed point above (the map at q* +- 1% moves towards q*)."""
+  q = gradient_tables.mean_field_variance(radius, input_scale)
+  if input_scale == 0 and radius <= 1:
+    assert q == 0.0
+    return
+  mapped = radius ** 2 * _reference_mean('tanh2', q) + input_scale ** 2
+  assert mapped == pytest.approx(q, rel=1e-9)
+  for off in (0.99, 1.01):
+    moved = radius ** 2 * _reference_mean('tanh2', q * off) + input_scale ** 2
+    assert abs(moved - q) < abs(q * off - q)
+  if (radius, input_scale) == (10.0, 0.0):  # 101-node Gauss-Hermite gave 87.28
+    assert q == pytest.approx(91.7051, abs=1e-3)
