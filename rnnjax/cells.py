@@ -48,6 +48,7 @@ from jax.typing import ArrayLike, DTypeLike
 import jax.numpy as jnp
 import numpy as np
 
+from rnnjax import checks
 from rnnjax import dtypes
 from rnnjax import initializers
 
@@ -137,13 +138,14 @@ def check_step(name: str, params: Params, carry: Any, x_shape: tuple[int, ...],
 
   Raises:
     ValueError: naming ``params`` (not a Mapping holding the cell's weights,
-      or shapes that do not fit together: ``[d, G H]``, ``[H, G H]`` and
+      weights written as nested lists (``checks.arrays``), or shapes that do not fit together: ``[d, G H]``, ``[H, G H]`` and
       biases ``[G H]``, G = 1, 3, 4 for Elman, GRU, LSTM), ``inputs`` (last
       axis not d) or ``initial_state`` (not the cell's kind, last axis not H,
       or batch axes other than those of the input), with the expected and the
       given shape.
   """
   gates = _GATES[name]
+  checks.arrays('params', params)
   shapes = ({key: tuple(jnp.shape(value)) for key, value in params.items()}
             if isinstance(params, Mapping) else None)
   if shapes is None or any(w not in shapes for w in weights):
@@ -219,6 +221,8 @@ def elman_cell(params: Params, carry: ArrayLike, x: ArrayLike,
   phi = activation_function(activation)
   check_step('elman', params, carry, jnp.shape(x), ('W_xh', 'W_hh'))
   x, carry = _in_params_dtype(params, x, carry)
+  if jnp.ndim(carry) < jnp.ndim(x):  # an [H] state, broadcast first: the [B, H] state's
+    carry = jnp.broadcast_to(carry, jnp.shape(x)[:-1] + jnp.shape(carry))  # product, bit for bit
   h = phi(x @ params['W_xh'] + carry @ params['W_hh'] + bias(params))
   return h, h
 
@@ -317,9 +321,29 @@ def _floating(dtype: Any) -> np.dtype:
   return value
 
 
-def _cast(params: dict[str, jax.Array], dtype: np.dtype) -> dict[str, jax.Array]:
-  """Each of ``params`` (drawn in float32) in ``dtype``."""
-  return {name: value.astype(dtype) for name, value in params.items()}
+# The argument of ``init_elman`` that scales each weight, for the overflow message.
+_SCALED_BY = {'W_hh': 'radius', 'W_xh': 'input_scale'}
+
+
+def _cast(params: dict[str, jax.Array], dtype: np.dtype,
+          scales: dict[str, Any] | None = None) -> dict[str, jax.Array]:
+  """Each of ``params`` (drawn in float32) in ``dtype``, checked to fit: a weight finite in
+  float32 and not in ``dtype`` (float16's largest value is 65504) is a ValueError naming the
+  argument that scaled it (``scales``: its name to its value) and the dtype. Concrete
+  weights only: under ``vmap`` over the radius the values are not known."""
+  cast = {name: value.astype(dtype) for name, value in params.items()}
+  for name, value in params.items():
+    if isinstance(value, jax.core.Tracer) or isinstance(cast[name], jax.core.Tracer):
+      continue
+    if bool(jnp.all(jnp.isfinite(value))) and not bool(jnp.all(jnp.isfinite(cast[name]))):
+      argument = _SCALED_BY.get(name, 'dtype')
+      given = f'{argument}={checks.shown((scales or {}).get(argument))}, ' if argument in (
+          scales or {}) else ''
+      raise ValueError(f'{argument}: expected weights that fit in {dtype} (largest '
+                       f'{float(jnp.finfo(dtype).max):g}), got {given}{name} up to '
+                       f'{float(jnp.max(jnp.abs(value))):.3g}; use a smaller {argument} or '
+                       f'dtype=jnp.float32')
+  return cast
 
 
 def _check_sizes(input_size: Any, hidden_size: Any, biases: Any) -> None:
@@ -361,8 +385,11 @@ def init_elman(key: jax.Array, input_size: int, hidden_size: int,
 
   Raises:
     ValueError: for a size that is not an int >= 1, biases not 0, 1 or 2, a
-      radius or input_scale that is not a finite value >= 0, an unknown init
-      name, or a dtype that is not floating (or float64 without x64).
+      radius or input_scale that is not a finite value >= 0 or whose weights
+      overflow ``dtype`` (float16 holds at most 65504: a radius of 1e5 is
+      refused, naming radius and the dtype; drawn in float32, so the check
+      sees the true values), an unknown init name, or a dtype that is not
+      floating (or float64 without x64).
 
   References:
     Pascanu, Mikolov & Bengio (2013), "On the difficulty of training
@@ -400,7 +427,7 @@ def init_elman(key: jax.Array, input_size: int, hidden_size: int,
   }
   for name in _BIASES[:biases]:
     params[name] = jnp.zeros((hidden_size,), jnp.float32)
-  return _cast(params, dtype)
+  return _cast(params, dtype, {'radius': radius, 'input_scale': input_scale})
 
 
 def _gate_preactivations(params: Params, x: jax.Array, h: jax.Array

@@ -170,9 +170,22 @@ def bidirectional(layer: Layer, params: Sequence[Any], inputs: jax.Array,
     the backward state at t = 0.
 
   Raises:
-    ValueError: for params of two floating dtypes, or as the layer
-      (``recurrence.scan``, ``fused.elman_layer``).
+    ValueError: for params that are not a list or tuple of two directions'
+      params (one direction is the layer itself: ``layer(params, inputs)``),
+      params of two floating dtypes, or as the layer (``recurrence.scan``,
+      ``fused.elman_layer``).
   """
+  if isinstance(params, Mapping) or not isinstance(params, Sequence) or len(params) != 2:
+    given = (f'a {type(params).__name__} of {len(params)}' if isinstance(params, Sequence)
+             else f'a {type(params).__name__}')
+    raise ValueError(f'params: expected [forward_params, backward_params], one per direction, '
+                     f'got {given}; for one direction call the layer itself')
+  return _directions(layer, params, inputs, initial_state, lengths)
+
+
+def _directions(layer: Layer, params: Sequence[Any], inputs: jax.Array, initial_state: Any,
+                lengths: recurrence.Lengths) -> tuple[jax.Array, Any]:
+  """``bidirectional`` of one or two directions (a stack's layer of either), unchecked."""
   dtypes.compute_dtype(params)  # both directions compute in one dtype
   outputs, finals = [], []
   for direction, direction_params in enumerate(params):
@@ -213,7 +226,8 @@ def stack(layer: Layer, params: Sequence[Sequence[Any]], inputs: jax.Array,
     ``[layers, directions, B, H]`` (backward direction: the state at t = 0).
 
   Raises:
-    ValueError: for a dropout rate outside [0, 1), params that are not
+    ValueError: for a dropout rate outside [0, 1), params written as nested
+      lists of numbers (``checks.arrays``), params that are not
       ``[layers][directions]`` with one or two directions or not of one
       floating dtype, inputs not of rank 3, not floating (naming ``inputs``
       and its dtype) or not of the first layer's d, an
@@ -221,8 +235,8 @@ def stack(layer: Layer, params: Sequence[Sequence[Any]], inputs: jax.Array,
       layers, directions, B, or H where the cell's params give it), or
       lengths as ``recurrence.scan``.
   """
-  if not 0 <= dropout_rate < 1:
-    raise ValueError(f'dropout_rate: expected a value in [0, 1), got {dropout_rate!r}')
+  checks.number('dropout_rate', dropout_rate, 0, 1, high_open=True)
+  checks.arrays('params', params)
   directions = {len(p) for p in params}
   if not params or len(directions) != 1 or directions - {1, 2}:
     raise ValueError(f'params: expected a non-empty list over layers of lists of 1 or 2 '
@@ -257,6 +271,6 @@ def stack(layer: Layer, params: Sequence[Sequence[Any]], inputs: jax.Array,
       keep = jax.random.bernoulli(layer_keys[number], 1 - dropout_rate, inputs.shape)
       inputs = jnp.where(keep, inputs / (1 - dropout_rate), 0.0)
     state = jax.tree_util.tree_map(lambda s, n=number: s[n], initial_state)
-    inputs, final = bidirectional(layer, layer_params, inputs, state, lengths)
+    inputs, final = _directions(layer, layer_params, inputs, state, lengths)
     finals.append(final)
   return inputs, jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *finals)

@@ -52,6 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from rnnjax import checks
 from rnnjax import dtypes
 from rnnjax import recurrence
 
@@ -115,7 +116,7 @@ def lyapunov_spectrum(cell: Cell, params: Any, inputs: jax.typing.ArrayLike,
     key: the ``jax.random`` key of the random orthonormal tangent vectors
       at step 0 (one draw for all sequences); None is ``jax.random.key(0)``.
       The exponents do not depend on it after a long enough transient.
-    through_states: whether the gradient with respect to ``params`` flows
+    through_states: a bool, whether the gradient with respect to ``params`` flows
       through the trajectory (the states' dependence on the params) as well
       as through each step's Jacobian and the tangent vectors. False holds
       the states constant (``stop_gradient``): each step's term log |R_ii|
@@ -135,13 +136,15 @@ def lyapunov_spectrum(cell: Cell, params: Any, inputs: jax.typing.ArrayLike,
   Raises:
     ValueError: as ``recurrence.scan`` (inputs not of rank 3, an initial
       state of another batch size or not the carry the cell returns, bad
-      lengths), for k not in [1, n], transient not in [0, T - 1],
-      reorthonormalize_every not an int >= 1, or carry leaves of more than
-      one floating dtype.
+      lengths; a ``cell`` that is no cell, ``checks.cell``), for k not in
+      [1, n], transient not in [0, T - 1], reorthonormalize_every not an int
+      >= 1, through_states not a bool, or carry leaves of more than one
+      floating dtype.
 
   References:
     Benettin et al. (1980); Engelken, Wolf & Abbott (2023), arXiv 2006.02427.
   """
+  through_states = checks.flag('through_states', through_states)
   initial_state = recurrence.with_initial_state(cell, params, inputs, initial_state)
   recurrence.check_inputs(inputs, initial_state, lengths)
   given = dtypes.compute_dtype(params) or jnp.dtype(jnp.float32)

@@ -52,6 +52,7 @@ from jax.typing import ArrayLike
 import jax.numpy as jnp
 import numpy as np
 
+from rnnjax import checks
 from rnnjax import dtypes
 
 __all__ = ['broadcast_state', 'reverse_within_lengths', 'scan', 'truncated_scan', 'zero_state']
@@ -81,9 +82,13 @@ def check_inputs(inputs: Any, initial_state: PyTree, lengths: Lengths) -> None:
   dtypes.check_floating('inputs', inputs)
   batch, steps = inputs.shape[:2]
   for leaf in jax.tree_util.tree_leaves(initial_state):
-    if leaf.ndim < 1 or leaf.shape[0] != batch:
+    if not jnp.shape(leaf):
+      raise ValueError(f'initial_state: expected leaves [B, ...] (Elman, GRU: [B, H]; [H] is '
+                       f'broadcast over the batch), got a scalar {checks.shown(leaf)}; pass '
+                       f'jnp.zeros(({batch}, H)), or None for zeros')
+    if jnp.shape(leaf)[0] != batch:
       raise ValueError(f'initial_state: expected leading batch size {batch} (inputs are '
-                       f'[B={batch}, T={steps}, d]), got shape {leaf.shape}')
+                       f'[B={batch}, T={steps}, d]), got shape {jnp.shape(leaf)}')
   if lengths is None:
     return
   if np.shape(lengths) != (batch,):
@@ -215,7 +220,19 @@ def zero_state(cell: Cell, params: PyTree, inputs: Any) -> PyTree:
 
 def with_initial_state(cell: Cell, params: PyTree, inputs: Any, initial_state: PyTree
                        ) -> PyTree:
-  """``initial_state``, or the cell's ``zero_state`` where it is None."""
+  """``initial_state``, or the cell's ``zero_state`` where it is None: the common entry of
+  every path that takes a cell (``scan``, ``truncated_scan``, ``state_gradients``,
+  ``lyapunov_spectrum``, ``elman_deer``, the regularizers), which first checks that
+  ``cell`` is a cell (``checks.cell``: not the factory ``rnnjax.elman``, a layer or an
+  initializer) and that params and state hold arrays, not nested lists (``checks.arrays``).
+
+  Raises:
+    ValueError: naming ``cell``, ``params`` or ``initial_state``, with the fix; or as
+      ``zero_state``.
+  """
+  checks.cell('cell', cell)
+  checks.arrays('params', params)
+  checks.arrays('initial_state', initial_state)
   return zero_state(cell, params, inputs) if initial_state is None else initial_state
 
 
@@ -282,15 +299,19 @@ def scan(cell: Cell, params: PyTree, inputs: jax.Array, initial_state: PyTree = 
       (default): zeros (``zero_state``).
     lengths: optional ``<int>[B]`` (an array or a list) with values in [0, T]
       (checked when concrete; under ``jit`` values outside are clipped to [0, T]).
-    reverse: run right to left within each length.
-    unroll: ``jax.lax.scan``'s unroll factor.
+    reverse: run right to left within each length: a bool (not the string 'False').
+    unroll: ``jax.lax.scan``'s unroll factor, an int >= 1 or a bool.
 
   Returns:
     ``(outputs [B, T, H], final_state)`` in the params' dtype (T = 0:
     ``[B, 0, H]`` and the initial state).
 
   Raises:
-    ValueError: for inputs not of rank 3 or not floating, an initial state of
+    ValueError: for a ``cell`` that is no cell (the factory ``rnnjax.elman``
+      uncalled, a layer such as ``rnnjax.elman_layer``: ``checks.cell``), a
+      ``reverse`` that is not a bool or an ``unroll`` that is not an int >= 1
+      or a bool, params or a state written as nested lists, inputs not of
+      rank 3 or not floating, a scalar initial state, an initial state of
       another batch size or of another layout than the carry the cell
       returns, params of two floating dtypes, lengths of the wrong shape,
       dtype or range, or no initial state for a cell without ``zero_state``.
@@ -299,6 +320,8 @@ def scan(cell: Cell, params: PyTree, inputs: jax.Array, initial_state: PyTree = 
     Werbos (1990), "Backpropagation through time: what it does and how to
     do it" (the unrolled recurrence autodiff differentiates).
   """
+  reverse = checks.flag('reverse', reverse)
+  unroll = checks.unroll('unroll', unroll)
   initial_state = with_initial_state(cell, params, inputs, initial_state)
   initial_state = broadcast_state(cell, params, inputs, initial_state)
   check_inputs(inputs, initial_state, lengths)
@@ -351,16 +374,15 @@ def truncated_scan(cell: Cell, params: PyTree, inputs: jax.Array, initial_state:
     ``(outputs [B, T, H], final_state)``, in the params' dtype.
 
   Raises:
-    ValueError: if tau < 1, or as ``scan`` does.
+    ValueError: if tau is not an int >= 1, or as ``scan`` does.
 
   References:
     Williams & Peng (1990), "An efficient gradient-based algorithm for
     on-line training of recurrent network trajectories" (BPTT(h; h'), here
     with h = h' = tau); ``docs/reference_numbers.md``, "Truncated BPTT".
   """
-  if isinstance(truncation, (bool, np.bool_)) or not isinstance(truncation, (int, np.integer)) \
-      or truncation < 1:
-    raise ValueError(f'truncation: expected an int tau >= 1, got {truncation!r}')
+  truncation = checks.integer('truncation', truncation, 1, what='an int tau')
+  unroll = checks.unroll('unroll', unroll)
   initial_state = with_initial_state(cell, params, inputs, initial_state)
   initial_state = broadcast_state(cell, params, inputs, initial_state)
   check_inputs(inputs, initial_state, None)
