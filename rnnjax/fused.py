@@ -18,7 +18,11 @@ derivative to write by hand.
 
 where g_t is the cotangent of output t. With ``lengths`` a step t >= length
 leaves the state unchanged and outputs zero: there da_t = 0 and the carry
-gradient passes through, G_{t-1} = G_t. The inputs of those steps are zeroed
+gradient passes through, G_{t-1} = G_t. So the steps at or past the batch's
+longest length change nothing: both loops run to that length alone, a bound
+traced from the lengths (under ``vmap``, the group's longest), and a batch of
+length 60 padded to T = 199 costs 60 steps, not 199 (with ``unroll`` > 1 the
+loops keep the static T: a traced bound takes no unroll). The inputs of those steps are zeroed
 before the projection (``recurrence.zero_padding``), so NaN or inf in padding
 reaches neither A_x nor dW_xh = X^T dA (where 0 * NaN would be NaN).
 
@@ -31,18 +35,31 @@ It agrees with autodiff of ``recurrence.scan`` over ``cells.elman_cell`` to
 float32 rounding (tests/test_fused.py) and is what the models use.
 
 Under ``jax.jit``: the options (activation, reverse, time_major, unroll,
-projected) are Python values that decide the program, so ``elman_layer_with``
-binds them first and returns a layer of (params, inputs, initial_state,
-lengths) alone, ready to jit with no static arguments to name. Reverse mode
-(``jax.grad``, ``jax.vjp``) takes the hand-written pass. Forward mode
-(``jax.jvp``, ``jax.jacfwd``, and forward over reverse for Hessian-vector
-products) is not defined for a ``jax.custom_vjp``: called on ``jax.jvp``'s
-tracers the layer runs the same forward loop without the custom rule, and
-autodiff differentiates it (equal to the JVP of ``recurrence.scan``). A
-``jax.jit`` of the layer inside ``jax.jvp`` (``jax.jvp(jax.jit(f), ...)``)
-hides the tracers from it: there JAX's own error says that a custom_vjp
-has no forward mode; put the ``jit`` outside the ``jvp``, or use
-``recurrence.scan``.
+projected) are Python values that decide the program. ``jax.jit(elman_layer)``
+traces every argument, and JAX refuses a string (``activation='relu'``) before
+the layer runs; either name them static,
+``jax.jit(elman_layer, static_argnames=('activation', 'reverse'))``, or bind
+them first with ``elman_layer_with(activation='relu', reverse=True)``, a layer
+of (params, inputs, initial_state, lengths) alone, ready to jit with no static
+arguments to name.
+
+Autodiff: reverse mode (``jax.grad``, ``jax.vjp``) takes the hand-written pass.
+Forward mode (``jax.jvp``, ``jax.jacfwd``, and forward over reverse for
+Hessian-vector products) is not defined for a ``jax.custom_vjp``: called on
+``jax.jvp``'s tracers the layer runs the same forward loop without the custom
+rule, and autodiff differentiates it (equal to the JVP of ``recurrence.scan``).
+Two forward-mode calls cannot be told from reverse mode where the layer is
+traced, and there JAX's own error says that a custom_vjp function has no
+forward mode: ``jax.linearize`` (its tracers are those of ``jax.grad``), and a
+``jax.jit`` of the layer inside ``jax.jvp`` (``jax.jvp(jax.jit(f), ...)``, which
+hides the tracers). The fix for these: put the ``jit`` outside the ``jvp``, or
+run the recurrence as ``recurrence.scan(cells.elman(activation), ...)``
+(``rnnjax.scan(rnnjax.elman('tanh'), params, inputs)``: the same values, every
+transform, autodiff's backward pass). A ``jax.custom_jvp`` whose tangent is a
+linear loop JAX transposes into this backward pass was tried: at the pinned jax
+(0.9.2) ``jax.grad`` of a custom_jvp rule whose tangent holds a ``lax.scan``
+fails inside JAX's transpose of the scan (a ``ValAccum`` TypeError), so the
+custom_vjp stays.
 
 References:
   Williams & Zipser (1995), "Gradient-based learning algorithms for recurrent
@@ -63,6 +80,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rnnjax import cells
+from rnnjax import checks
 from rnnjax import dtypes
 from rnnjax import recurrence
 
@@ -108,6 +126,15 @@ def _step(phi: Callable[[jax.Array], jax.Array], a: jax.Array, h: jax.Array,
   return jnp.where(keep, new, h), jnp.where(keep, new, 0.0)
 
 
+def _live_steps(steps: int, alive: jax.Array | None, unroll: int) -> Any:
+  """How many steps the loops run: the longest length, traced from ``alive`` (``[T, B, 1]``;
+  a step where no sequence is alive changes nothing), or all ``steps`` (no lengths, or an
+  ``unroll`` > 1, which needs a static trip count)."""
+  if alive is None or unroll > 1:
+    return steps
+  return jnp.sum(jnp.any(alive, axis=(1, 2)), dtype=jnp.int32)
+
+
 def _states(phi: Callable[[jax.Array], jax.Array], unroll: int, axis: int, w_hh: jax.Array,
             bias: jax.Array, projected: jax.Array, initial: jax.Array,
             alive: jax.Array | None) -> jax.Array:
@@ -121,8 +148,8 @@ def _states(phi: Callable[[jax.Array], jax.Array], unroll: int, axis: int, w_hh:
     h, output = _step(phi, a, h, None if alive is None else _at(alive, t, 0))
     return h, _put(buffer, output, t, axis)
 
-  _, states = jax.lax.fori_loop(0, projected.shape[axis], step, (initial, projected),
-                                unroll=unroll)
+  _, states = jax.lax.fori_loop(0, _live_steps(projected.shape[axis], alive, unroll), step,
+                                (initial, projected), unroll=unroll)
   return states
 
 
@@ -142,7 +169,7 @@ def _states_and_preactivations(phi: Callable[[jax.Array], jax.Array], unroll: in
     return h, _put(states, output, t, axis), _put(preactivations, a, t, axis)
 
   _, states, preactivations = jax.lax.fori_loop(
-      0, projected.shape[axis], step,
+      0, _live_steps(projected.shape[axis], alive, unroll), step,
       (initial, jnp.zeros_like(projected), jnp.zeros_like(projected)), unroll=unroll)
   return states, preactivations
 
@@ -163,7 +190,7 @@ def _backward_rule(activation: cells.Activation, unroll: int, axis: int,
                    residuals: tuple[Any, ...], g_states: jax.Array) -> tuple[Any, ...]:
   w_hh, states, preactivations, initial, alive = residuals
   w_hh_t = w_hh.T
-  steps = states.shape[axis]
+  steps = _live_steps(states.shape[axis], alive, unroll)  # t >= steps: da_t = 0, G passes
 
   def through_phi(t: jax.Array, total: jax.Array) -> jax.Array:
     """da_t = phi'(a_t) * total: from the states for a named phi; by ``jax.vjp`` of a
@@ -196,7 +223,7 @@ def _backward_rule(activation: cells.Activation, unroll: int, axis: int,
   # (t, b) was 2.3x slower.
   hidden = initial.shape[-1]
   previous = jnp.concatenate([jnp.expand_dims(initial, axis), jax.lax.slice_in_dim(
-      states, 0, steps - 1, axis=axis)], axis=axis)  # h_{t-1}, one [T, B, H] copy
+      states, 0, states.shape[axis] - 1, axis=axis)], axis=axis)  # h_{t-1}, one [T, B, H] copy
   flat_grads = d_projected.reshape(-1, hidden)
   g_w_hh = previous.reshape(-1, hidden).T @ flat_grads
   g_alive = None if alive is None else jnp.zeros(alive.shape, jax.dtypes.float0)
@@ -251,6 +278,8 @@ def _checked(params: cells.Params, batch_major: Any, initial_state: Any,
     ValueError: as ``elman_layer``.
   """
   cells.activation_function(activation)  # validates it
+  checks.arrays('params', params)
+  checks.arrays('initial_state', initial_state)
   if initial_state is None and getattr(batch_major, 'ndim', None) == 3 and isinstance(
       params, Mapping) and 'W_hh' in params:
     initial_state = recurrence.zero_state(cells.elman_cell, params, batch_major)
@@ -285,10 +314,19 @@ def elman_layer(params: cells.Params, inputs: jax.Array, initial_state: jax.Arra
   of padded steps are zeroed first, so NaN or inf there reaches neither the
   states nor any gradient.
 
+  Under ``jax.jit`` the options are static, Python values that decide the
+  program: ``jax.jit(elman_layer, static_argnames='activation')`` (name each
+  option passed), or ``jax.jit(elman_layer_with(activation='relu'))``, whose
+  layer takes arrays alone. Plain ``jax.jit(elman_layer)(..., activation='relu')``
+  is refused by JAX before the layer runs (a str is not an array). Forward mode
+  (``jax.jvp``, ``jax.jacfwd``) works, but not ``jax.linearize`` nor
+  ``jax.jvp(jax.jit(layer))`` (module docstring): for those use
+  ``rnnjax.scan(rnnjax.elman(activation), params, inputs)``.
+
   Args:
     params: ``{'W_xh': [d, H], 'W_hh': [H, H], 'b': [H]}`` (``b`` optional,
-      ``'b_hh'`` added where present), any ``Mapping``, one floating dtype
-      (float32 by default).
+      ``'b_hh'`` added where present), any ``Mapping`` of arrays, one floating
+      dtype (float32 by default).
     inputs: ``<float>[B, T, d]``, or ``[T, B, d]`` with ``time_major``
       (T = 0 and B = 0 allowed).
     initial_state: ``<float>[B, H]``, one array (``[H]``: broadcast over the
@@ -296,18 +334,18 @@ def elman_layer(params: cells.Params, inputs: jax.Array, initial_state: jax.Arra
     lengths: optional ``<int>[B]`` (an array or a list) in [0, T]: states stop
       changing after step lengths - 1 and outputs there are zero (checked when
       concrete; under ``jit`` values outside are clipped to [0, T]).
-    reverse: run each sequence right to left within its length. This and the
-      options below decide the program: Python values, static under ``jit``
-      (``elman_layer_with`` binds them).
+    reverse: run each sequence right to left within its length, a bool. This
+      and the options below decide the program: Python values, static under
+      ``jit`` (``static_argnames``, or ``elman_layer_with`` binds them).
     activation: 'tanh', 'relu' or 'linear' (phi' from the states: the fast
       path), or a callable phi such as ``jax.nn.gelu`` (phi' by ``jax.vjp``
       at the saved pre-activations: one more ``[T, B, H]`` buffer, and a pass
       through phi's derivative at each backward step). A callable is a
       static argument: pass the same function object to reuse a compiled
       program.
-    time_major: inputs and outputs are ``[T, B, ...]``.
-    unroll: the loops' unroll factor, forward and backward.
-    projected: the inputs are already the input projection X W_xh
+    time_major: inputs and outputs are ``[T, B, ...]``, a bool.
+    unroll: the loops' unroll factor, forward and backward, an int >= 1.
+    projected: a bool: the inputs are already the input projection X W_xh
       (``<float>[B, T, H]``): a model that reads token ids computes it as a
       lookup in the [V, H] table E W_xh (``models.Elman``), and the gradient
       with respect to it is returned as the gradient of the inputs.
@@ -320,8 +358,10 @@ def elman_layer(params: cells.Params, inputs: jax.Array, initial_state: jax.Arra
     ValueError: as ``recurrence.scan`` (shapes, lengths, params of two
       dtypes, inputs not floating: naming ``inputs`` and its dtype), for an
       initial state that is not one floating ``[B, H]`` (or ``[H]``) array,
-      for an activation that is neither a known name nor callable, or for an
-      option traced by a ``jit`` that did not make it static.
+      for an activation that is neither a known name nor callable, a flag
+      (reverse, time_major, projected) that is not a bool, an unroll that is
+      not an int >= 1, params or a state written as nested lists, or an option
+      traced by a ``jit`` that did not make it static.
 
   References:
     Williams & Zipser (1995) (BPTT); the recursion: this module's docstring.
@@ -329,9 +369,10 @@ def elman_layer(params: cells.Params, inputs: jax.Array, initial_state: jax.Arra
   for name, value in (('reverse', reverse), ('time_major', time_major), ('unroll', unroll),
                       ('projected', projected)):
     _static(name, value)
-  if (isinstance(unroll, (bool, np.bool_)) or not isinstance(unroll, (int, np.integer)) or
-      unroll < 1):
-    raise ValueError(f'unroll: expected an int >= 1, got {unroll!r}')
+  reverse, time_major, projected = (checks.flag('reverse', reverse),
+                                    checks.flag('time_major', time_major),
+                                    checks.flag('projected', projected))
+  unroll = checks.unroll('unroll', unroll, bools=False)
   batch_major = inputs if not time_major else jnp.swapaxes(inputs, 0, 1)
   initial_state, lengths, dtype = _checked(params, batch_major, initial_state, lengths,
                                            activation, projected)
@@ -465,10 +506,7 @@ def elman_layer_with(activation: cells.Activation = 'tanh', reverse: bool = Fals
       that is not an int >= 1, or a flag that is not a bool.
   """
   cells.activation_function(activation)
-  if (isinstance(unroll, (bool, np.bool_)) or not isinstance(unroll, (int, np.integer)) or
-      unroll < 1):
-    raise ValueError(f'unroll: expected an int >= 1, got {unroll!r}')
-  for name, flag in (('reverse', reverse), ('time_major', time_major), ('projected', projected)):
-    if not isinstance(flag, (bool, np.bool_)):
-      raise ValueError(f'{name}: expected a bool, got {flag!r}')
-  return ElmanLayer(activation, bool(reverse), bool(time_major), int(unroll), bool(projected))
+  unroll = checks.unroll('unroll', unroll, bools=False)
+  return ElmanLayer(activation, checks.flag('reverse', reverse),
+                    checks.flag('time_major', time_major), unroll,
+                    checks.flag('projected', projected))

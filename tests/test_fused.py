@@ -112,3 +112,54 @@ def test_checkpointed_layer_equals_fused_and_saves_memory(key):
   assert memory(segmented) < 0.5 * memory(full)
   with pytest.raises(ValueError, match='segment_length: expected an int s >= 1 dividing T = 256, got 10'):
     fused.checkpointed_elman_layer(params, inputs, initial, segment_length=10)
+
+
+def test_the_loops_run_to_the_longest_length_not_the_padded_one():
+  """Lengths up to 60 padded to T = 199: the forward and the backward loop each step 60
+  times (counted by a callable activation's callback: once a forward step, once a backward
+  step through ``jax.vjp`` of it), and states and gradients equal those of the batch cut to
+  60 steps, the padded steps' states zero."""
+  steps = []
+
+  def counted_tanh(a):
+    jax.debug.callback(lambda: steps.append(1))
+    return jnp.tanh(a)
+
+  keys = jax.random.split(jax.random.key(7), 3)
+  params = cells.init_elman(keys[0], 3, 16, 'orthogonal', radius=1.0)
+  inputs = jax.random.normal(keys[1], (4, 199, 3))
+  lengths = jnp.array([60, 17, 59, 1])
+
+  def loss(params, inputs, activation):
+    states, last = fused.elman_layer(params, inputs, lengths=lengths, activation=activation)
+    return jnp.sum(jnp.sin(states)) + jnp.sum(last ** 2), states
+
+  (_, states), grads = jax.jit(jax.value_and_grad(loss, has_aux=True), static_argnums=2)(
+      params, inputs, counted_tanh)
+  jax.effects_barrier()
+  assert len(steps) == 2 * 60  # not 2 * 199
+  (_, cut_states), cut_grads = jax.value_and_grad(loss, has_aux=True)(
+      params, inputs[:, :60], 'tanh')
+  np.testing.assert_allclose(states[:, :60], cut_states, rtol=1e-6, atol=1e-6)
+  assert not np.any(states[:, 60:])
+  for got, expected in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(cut_grads)):
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)  # sums of 60 or 199 rows
+  (_, named_states), named_grads = jax.value_and_grad(loss, has_aux=True)(
+      params, inputs, 'tanh')  # the named activation's loops: the same bound
+  np.testing.assert_allclose(named_states, states, rtol=1e-6, atol=1e-6)
+  loops = _loops(jax.make_jaxpr(jax.grad(lambda p: loss(p, inputs, 'tanh')[0]))(params).jaxpr)
+  assert loops.count('while') == 2 and 'scan 199' not in loops  # forward and backward
+
+
+def _loops(jaxpr) -> list[str]:
+  """The loops of a jaxpr and of those inside it: 'while', or 'scan <length>'."""
+  found = []
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name in ('while', 'scan'):
+      found.append('while' if eqn.primitive.name == 'while' else f"scan {eqn.params['length']}")
+    for value in eqn.params.values():
+      for inner in value if isinstance(value, (tuple, list)) else [value]:
+        inner = getattr(inner, 'jaxpr', inner)
+        if hasattr(inner, 'eqns'):
+          found += _loops(inner)
+  return found
