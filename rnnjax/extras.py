@@ -79,8 +79,10 @@ def require(extra: str, what: str) -> None:
 def _command(name: str) -> None:
   """Runs ``rnnjax.train.commands.{name}_main`` after checking the [train] extra (one line
   on stderr and exit status 1 without it)."""
-  received: list[int] = []  # from the first line, SIGINT and SIGTERM are requests to stop,
-  for signum in (signal.SIGINT, signal.SIGTERM):  # acted on once the command can
+  # From the first line, SIGINT, SIGTERM and SIGHUP (a closed terminal) are requests to stop,
+  # acted on once the command can.
+  received: list[int] = []
+  for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
     signal.signal(signum, lambda signum, frame: received.append(signum))
   try:
     require('train', f'rnnjax-{name}')

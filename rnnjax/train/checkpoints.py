@@ -41,7 +41,7 @@ CHECKPOINTS = run_folder.CHECKPOINTS  # the run folder's subfolder of steps
 # Refusals of the file system, not faults of the bytes: errnos, and TensorStore's status words.
 _REFUSED = {errno.EACCES, errno.EPERM, errno.EMFILE, errno.ENFILE, errno.ENOSPC, errno.EDQUOT,
             errno.EIO, errno.EROFS, errno.ENOMEM, errno.ESTALE, errno.ETIMEDOUT, errno.EAGAIN,
-            errno.EBUSY, 'PERMISSION_DENIED', 'RESOURCE_EXHAUSTED', 'UNAVAILABLE',
+            errno.EBUSY, errno.EFBIG, 'PERMISSION_DENIED', 'RESOURCE_EXHAUSTED', 'UNAVAILABLE',
             'DEADLINE_EXCEEDED'}
 # TensorStore's error of a file it cannot decode: 'WORD: Error reading "key" in ... "/file": cause'
 _DECODING = re.compile(r'[A-Z_]+: (?:Error reading "([^"]+)")?.*"/[^"]+": (.*)')

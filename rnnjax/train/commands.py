@@ -13,16 +13,17 @@ once.
 
 run: rerunning the same command resumes the run from its latest checkpoint, or, if it ended, prints
 its summary and trains nothing; a config that differs from the folder's config.json is refused (one
-line naming the differing fields) unless ``--overwrite``, which clears the folder first. SIGTERM,
+line naming the differing fields) unless ``--overwrite``, which clears the folder first (never a
+folder that holds another run or sweep below it: refused). SIGTERM, SIGHUP (the terminal closed),
 SIGUSR2 (Slurm's time-limit warning) and Ctrl-C checkpoint the run at the current step before it
 exits. Exit status: 0 when the run finished or diverged (a diverged run is a result); 1 with one
-line on stderr for a bad config, a folder of another run or in use, missing data, a full disk; 128 +
-the signal's number when stopped by one.
+line on stderr for a bad config, a folder of another run or in use, missing data, a full disk or
+a file-size limit; 128 + the signal's number when stopped by one.
 
 sweep: every run of ``get_sweep()`` is planned, trained in vmapped groups by an executor
 (``--executor``: local processes, a cluster), and tabulated (``rnnjax.train.sweep``); exit
 status 0, 1 when a run failed (each reason printed), 128 + the signal's number when stopped by
-one (130 at Ctrl-C).
+one (130 at Ctrl-C, 129 when the terminal closed).
 """
 
 import math
@@ -146,9 +147,12 @@ def _load(argv: list[str], sweep: bool, options: Options | None = None
 
 
 def _runs(runs: Any, path: str) -> list[dict]:
-  """The config file's ``get_sweep()``, checked: a list of dicts of field values, one a run."""
+  """The config file's ``get_sweep()``, checked: a list of dicts of field values, one a run,
+  each listing its fields in one order (the order they first appear in), whatever the order of
+  its own dict."""
   if isinstance(runs, list) and runs and all(isinstance(run, dict) for run in runs):
-    return runs
+    order = list(dict.fromkeys(name for run in runs for name in run))
+    return [{name: run[name] for name in order if name in run} for run in runs]
   odd = [run for run in runs if not isinstance(run, dict)] if isinstance(runs, list) else []
   what = (f'a {type(runs).__name__}' if not isinstance(runs, list) else 'no runs' if not runs
           else f'a list holding a {type(odd[0]).__name__}')

@@ -10,19 +10,23 @@ this shape and a line there; the launcher, the commands and the tests know nothi
 import contextlib
 import pathlib
 import pkgutil
+import signal
 import time
 from typing import Any, Callable, ClassVar, Mapping, NamedTuple, Protocol
 
 from rnnjax import checks
 from rnnjax.train import run_folder
 
-__all__ = ['Settings', 'Executor', 'EXECUTORS', 'STOP_SECONDS', 'find', 'result_of', 'log',
-           'header']
+__all__ = ['Settings', 'Executor', 'EXECUTORS', 'STOP_SECONDS', 'STOP_SIGNALS', 'find',
+           'result_of', 'log', 'header']
 
 OnEnd = Callable[[dict, dict], None]  # on_end(job, result)
 OnProgress = Callable[[dict, int], None]  # on_progress(job, step)
 Say = Callable[[str], None]  # say(line): a warning for the user
 STOP_SECONDS = 60.0  # after ``stop``, what the running jobs have to checkpoint and end
+# The signals that ask a command, a launcher or a job to stop at a checkpoint: SIGTERM (kill,
+# Slurm, Ray), SIGINT (Ctrl-C) and SIGHUP (the terminal closed, ssh lost): none loses a step.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 class Settings(NamedTuple):

@@ -15,9 +15,9 @@ to that run's log.txt, the others once to the job's ``log``: a run's log grows w
 ``python -m rnnjax.train.job`` is a worker: jobs come on stdin, one JSON object a line; events
 go to stdout, one JSON object a line: ``{"job": id, "event": "taken"}``, ``{"job": id,
 "event": "step", "step": n}`` (at most one a second), ``{"job": id, "event": "ended",
-"result": {...}}``; all else it prints goes to stderr. Asked to stop (SIGTERM, SIGINT,
-SIGUSR2) it checkpoints its job's runs and exits with 128 + the signal's number; a full disk
-ends it with status 1.
+"result": {...}}``; all else it prints goes to stderr. Asked to stop (``executors.STOP_SIGNALS``:
+SIGTERM, SIGINT, SIGHUP; and SIGUSR2) it checkpoints its job's runs and exits with 128 + the
+signal's number; a full disk (or a file-size limit) ends it with status 1.
 """
 
 import contextlib
@@ -95,12 +95,14 @@ def _initialize_distributed() -> None:
   jax.distributed.initialize(given['RNNJAX_COORDINATOR'], int(count), int(index))
 
 
-def setup_process(signals: Sequence[int] = (signal.SIGTERM, signal.SIGUSR2, signal.SIGINT),
+def setup_process(signals: Sequence[int] = (*executors.STOP_SIGNALS, signal.SIGUSR2),
                   verbosity: int = 0, received: list[int] | None = None) -> list[int]:
   """What a process that runs jobs does once: logs at ``verbosity`` (module docstring),
   ``keep_freed_memory``, turns on JAX's persistent compilation cache in
   ``$RNNJAX_COMPILATION_CACHE`` (default ``~/.cache/rnnjax/xla``; empty: off), joins
-  ``jax.distributed`` as one of several processes, and makes ``signals`` requests to stop.
+  ``jax.distributed`` as one of several processes, makes ``signals`` requests to stop, and
+  ignores SIGXFSZ, so that a write past a file-size limit (``ulimit -f``) fails with EFBIG, a
+  one-line error (``failure``), instead of killing the process.
 
   Returns:
     ``received`` (the signals received before) with those received since, in order; a job's
@@ -132,12 +134,14 @@ def setup_process(signals: Sequence[int] = (signal.SIGTERM, signal.SIGUSR2, sign
       signal.signal(signal.SIGINT, signal.default_int_handler)
   for signum in signals:
     signal.signal(signum, request_stop)
+  signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # as CPython sets it, whoever started us
   _initialize_distributed()
   return received
 
 
 def failure(error: BaseException) -> tuple[str, str] | None:
-  """The exit kind and one-line reason of an error a job ends with; None: a bug (traceback kept)."""
+  """The exit kind and one-line reason of an error a job ends with; None: a bug (traceback kept).
+  A write the storage has no room for (a full disk, a quota, a file-size limit) is 'full_disk'."""
   from rnnjax.data import corpora
   from rnnjax.train import checkpoints
   text = ' '.join(str(error).split()) or type(error).__name__
@@ -145,6 +149,10 @@ def failure(error: BaseException) -> tuple[str, str] | None:
   if number in (errno.ENOSPC, errno.EDQUOT):
     return 'full_disk', (f'{text}; the disk is full; free some space and run the same command '
                          'again to resume from the last checkpoint')
+  if number == errno.EFBIG:
+    return 'full_disk', (f'{text}; a file-size limit refused the write: raise it (ulimit -f '
+                         'unlimited) and run the same command again to resume from the last '
+                         'checkpoint')
   if number in (errno.EMFILE, errno.ENFILE):
     return 'error', f'{text}; too many open files: raise the limit (ulimit -n) and run again'
   if isinstance(error, jax.errors.JaxRuntimeError) and ('RESOURCE_EXHAUSTED' in text

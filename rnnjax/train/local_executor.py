@@ -147,11 +147,12 @@ class Local:
       for future in concurrent.futures.as_completed(futures):
         on_end(futures[future], future.result())
     finally:
-      for process in self.workers.values():  # the end of its input ends a worker
+      workers = list(self.workers.values())  # a job's thread may still start one (an error)
+      for process in workers:  # the end of its input ends a worker
         if process.stdin is not None:
           with contextlib.suppress(OSError):
             process.stdin.close()
-      for process in self.workers.values():  # before its thread ends (and kills it)
+      for process in workers:  # before its thread ends (and kills it)
         try:
           process.wait(None if self.deadline is None else
                        max(self.deadline - time.monotonic(), 0.1))

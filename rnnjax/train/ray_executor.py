@@ -12,12 +12,13 @@ later.
 
 ``--ray.address``: '' starts a Ray runtime on this machine for the sweep, 'auto' joins the
 cluster this machine is a node of, ``HOST:PORT`` the cluster whose head is there (its GCS
-port, 6379 by default).
+port, 6379 by default). A ``HOST:PORT`` where nothing answers within ``CONNECT_SECONDS`` is one
+line (ValueError) before Ray is started (``ray.init`` itself retries it for minutes).
 """
 
+import contextlib
 import logging
 import os
-import signal
 import socket
 import sys
 import threading
@@ -29,6 +30,33 @@ from rnnjax.train import job as jobs
 __all__ = ['Ray']
 
 _FORWARDED = ('RNNJAX_', 'JAX_', 'XLA_')  # the launcher's variables a task runs with
+CONNECT_SECONDS = 10.0  # what a cluster's head has to accept a connection
+
+
+def _check_address(address: str) -> None:
+  """Raises ValueError naming ``--ray.address`` where it is a ``HOST:PORT`` (or
+  ``ray://HOST:PORT``) at which nothing accepts a connection within ``CONNECT_SECONDS``."""
+  if address in ('', 'auto', 'local'):
+    return
+  host, _, port = address.removeprefix('ray://').rpartition(':')
+  if not (host and port.isdigit() and 0 < int(port) < 65536):
+    raise ValueError(f"--ray.address: expected '', 'auto' or HOST:PORT (a Ray head's GCS port, "
+                     f'6379 by default), got {address!r}')
+  hosts = [host.strip('[]')]
+  with contextlib.suppress(Exception):  # Ray reaches a local head at this node's address
+    from ray._private import services  # pylint: disable=import-outside-toplevel
+    hosts.append(services.resolve_ip_for_localhost(hosts[0]))
+  why = ''
+  for name in dict.fromkeys(hosts):
+    try:
+      socket.create_connection((name, int(port)), timeout=CONNECT_SECONDS).close()
+      return
+    except OSError as error:
+      why = f'no answer within {CONNECT_SECONDS:.0f} s' if isinstance(
+          error, TimeoutError) else error.strerror or str(error)
+  raise ValueError(f'--ray.address: nothing answers at {address} ({why}); expected the HOST:PORT '
+                   "of a running Ray cluster's head (ray start --head prints it), 'auto' on a "
+                   "node of one, or '' to start Ray on this machine")
 
 
 def _task(job: dict, launcher: dict) -> dict:
@@ -37,7 +65,7 @@ def _task(job: dict, launcher: dict) -> dict:
   os.chdir(launcher['cwd'])
   sys.path[:0] = [path for path in launcher['path'] if path not in sys.path]
   os.environ.update(launcher['environment'])
-  received = jobs.setup_process(signals=(signal.SIGTERM, signal.SIGINT))
+  received = jobs.setup_process(signals=executors.STOP_SIGNALS)
   executors.header(job, f'in a Ray task on {socket.gethostname()} (pid {os.getpid()})')
   return jobs.run_job(job, received, log_to_runs=True)
 
@@ -55,6 +83,7 @@ class Ray:
       import ray
     except ImportError:
       raise ValueError('--executor=ray: Ray is not installed (pip install rnnjax[ray])') from None
+    _check_address(self.options['address'])
     try:
       ray.init(address=self.options['address'] or None, log_to_driver=False,
                logging_level=logging.WARNING)

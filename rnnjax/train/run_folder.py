@@ -24,8 +24,8 @@ from typing import Any
 
 __all__ = ['CONFIG', 'METRICS', 'SUMMARY', 'TIMING', 'DEVICES', 'CHECKPOINTS', 'TENSORBOARD',
            'LOCK', 'LOG', 'SWEEP_INDEX', 'RUN_FILES', 'ENDED', 'FolderInUse', 'write',
-           'write_json', 'append_text', 'read_json', 'check_path', 'check_links', 'lock', 'clear',
-           'about', 'errno_of']
+           'write_json', 'append_text', 'read_json', 'check_path', 'check_links', 'nested', 'lock',
+           'clear', 'about', 'errno_of']
 
 CONFIG = 'config.json'
 METRICS = 'metrics.jsonl'
@@ -103,11 +103,18 @@ def read_json(path: pathlib.Path, kind: type = dict) -> Any:
 
 
 def check_path(folder: pathlib.Path, kind: str = '') -> None:
-  """Raises ValueError where ``folder`` cannot be a folder: it, or the first of its
-  parents that exists, is a file or a link to nothing; or, for ``kind`` 'run' or 'sweep',
-  where it holds the other kind: a folder is a run's (config.json) or a sweep's (runs.json),
-  never both, so that clearing a run never deletes a sweep."""
+  """Raises ValueError where ``folder`` cannot be a folder: its path is not UTF-8 (the run's
+  files and logs record it); it, or the first of its parents that exists, is a file or a link
+  to nothing; or, for ``kind`` 'run' or 'sweep', where it holds the other kind: a folder is a
+  run's (config.json) or a sweep's (runs.json), never both, and a run folder holds no other run
+  or sweep below it (``nested``), so that clearing a run never deletes another."""
   folder = pathlib.Path(folder)
+  try:
+    str(folder.absolute()).encode()
+  except UnicodeEncodeError:  # bytes that are not UTF-8 arrive as surrogates (PEP 383)
+    shown = os.fsencode(folder.absolute()).decode(errors='backslashreplace')
+    raise ValueError(f"workdir: expected a path in UTF-8, got '{shown}' (\\x: bytes that are "
+                     'not UTF-8); give a folder whose name is UTF-8 text') from None
   for path in (folder.absolute(), *folder.absolute().parents):
     if path.is_symlink() and not path.exists():
       raise ValueError(f'workdir: {path} is a link to {os.readlink(path)}, which does not exist')
@@ -120,6 +127,29 @@ def check_path(folder: pathlib.Path, kind: str = '') -> None:
   if other and (folder / other).exists():
     raise ValueError(f'workdir: {folder} holds {other}, so it is not a {kind} folder (a folder '
                      f"is a run's or a sweep's, never both); give the {kind} another folder")
+  if kind == 'run' and (below := nested(folder)):
+    raise ValueError(f'workdir: {folder} holds another run or sweep in {below.parent} (its '
+                     f'{below.name}), so nothing in it is cleared or trained; move that one out '
+                     'or give the run another folder')
+
+
+def nested(folder: pathlib.Path) -> pathlib.Path | None:
+  """The first config.json or runs.json in a folder below run ``folder`` (links not followed),
+  None where there is none: the mark of another run or sweep, which clearing the run would
+  delete. Without a config.json of its own, only the run's subfolders (``RUN_FILES``) are
+  searched: a folder that holds anything else is no run folder and is never cleared (``plan``)."""
+  folder = pathlib.Path(folder)
+  if not folder.is_dir() or folder.is_symlink():
+    return None
+  own = (folder / CONFIG).is_file()
+  for entry in sorted(folder.iterdir()):
+    if not entry.is_dir() or entry.is_symlink() or not (own or entry.name in RUN_FILES):
+      continue
+    for parent, _, files in sorted(os.walk(entry)):
+      for name in (CONFIG, SWEEP_INDEX):
+        if name in files:
+          return pathlib.Path(parent) / name
+  return None
 
 
 def check_links(folder: pathlib.Path) -> None:
@@ -162,7 +192,9 @@ def lock(folder: pathlib.Path) -> int:
 
 def clear(folder: pathlib.Path) -> None:
   """Removes everything in a locked folder but its lock and log.txt (links are removed,
-  never followed)."""
+  never followed); raises ValueError (``check_path``), deleting nothing, where another run or
+  sweep is below it."""
+  check_path(folder, 'run')
   for entry in pathlib.Path(folder).iterdir():
     if entry.is_dir() and not entry.is_symlink():
       shutil.rmtree(entry)

@@ -7,11 +7,12 @@ change no program train as one vmapped group, cut into jobs for the executor (``
 The groups are part of the plan (a run's floats depend on its group's size): ``groups.json``
 records them and every relaunch keeps them (``plan.partition``); a run that must train in another
 group is named on the plan line and marked 'regrouped' in results.md. One launcher per sweep
-folder (its ``.lock``). At the end the sweep writes the tables of what the run
-folders hold (``report.write``; a run whose folder has since trained another config is 'replaced'),
-prints them and each failed run's reason. A signal (Ctrl-C, SIGTERM) at any moment stops it: no job
-starts after it, the running ones checkpoint, the tables of what ended are written, and it exits
-128 + the signal's number.
+folder (its ``.lock``); a relaunch finds each run's folder by its values in ``runs.json``,
+whatever order ``get_sweep()`` lists its keys in now. At the end the sweep writes the tables of
+what the run folders hold (``report.write``; a run whose folder has since trained another config
+is 'replaced'), prints them and each failed run's reason. A signal (Ctrl-C, SIGTERM, SIGHUP) at
+any moment stops it: no job starts after it, the running ones checkpoint, the tables of what
+ended are written, and it exits 128 + the signal's number.
 """
 
 import datetime
@@ -133,7 +134,7 @@ def sweep(kind: experiment.Experiment, configs: list[ConfigDict], overrides: lis
     for runner in runners:
       runner.stop()
 
-  previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+  previous = {s: signal.signal(s, stop) for s in executors.STOP_SIGNALS}
   try:
     run_folder.check_path(workdir, 'sweep')
     keys = swept_keys(overrides)
@@ -175,6 +176,10 @@ def _plan(kind: experiment.Experiment, configs: list[ConfigDict], overrides: lis
           ) -> tuple[list[str], list[str], list[planning.RunPlan], dict[int, str]]:
   """Each run's folder name, mode, plan and (refused) reason, read-only; SweepError for none."""
   names = planning.folder_names(overrides, keys)
+  known = run_folder.read_json(workdir / run_folder.SWEEP_INDEX)
+  if isinstance(known, dict):  # a relaunch: a run keeps its folder whatever its keys' order
+    names = [next((name for name, values in known.items() if values == run), fresh)
+             for run, fresh in zip(overrides, names)]
   if len(set(names)) < len(names):
     twice = next(n for n in names if names.count(n) > 1)
     raise SweepError(f'get_sweep: runs {[i for i, n in enumerate(names) if n == twice]} have '
