@@ -501,10 +501,11 @@ def gradient_norm_spread(seeds: int = 200, seed: int = 1, **table_arguments: Any
     table_arguments = {**table_arguments, 'radii': SEED_RADII}
   tables = [gradient_norm_table(**table_arguments, seed=seed + i) for i in range(seeds)]
   first = tables[0]
-  return {rho: {k: tuple(float(x) for x in np.percentile([t[rho][k] for t in tables],
-                                                         SPREAD_PERCENTILES))
-                for k in first[rho]}
-          for rho in first}
+
+  def spread(rho: float, k: Any) -> tuple[float, float, float]:
+    median, low, high = np.percentile([t[rho][k] for t in tables], SPREAD_PERCENTILES)
+    return float(median), float(low), float(high)
+  return {rho: {k: spread(rho, k) for k in first[rho]} for rho in first}
 
 
 def spread_table(seeds: int = 200, seed: int = 1) -> str:

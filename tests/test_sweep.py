@@ -639,13 +639,13 @@ def test_points_plot_groups_runs_and_leaves_out_what_is_not_a_number(tmp_path, m
 @pytest.mark.parametrize('on_divergence, status', [('stop', 'diverged'), ('skip', 'finished')])
 def test_a_run_whose_report_fails_keeps_its_status_and_the_error(tmp_path, shared_data_dir,
                                                                  on_divergence, status):
-  """Adam at a rate of 1e30 leaves finite params whose logits overflow: the run stops as
+  """Adam at a rate of 1e38 overflows float32 within a few steps: the run stops as
   diverged (or, skipping its non-finite steps, finishes), and its report's sampling error is
   kept in its summary, not made a failure that every rerun repeats."""
   from experiments.configs.char_lm import get_config
   from rnnjax.train import harness
   config = experiment.override(get_config(), dict(
-      hidden_size=16, steps=20, log_every=10, checkpoint_every=10, learning_rate=1e30,
+      hidden_size=16, steps=20, log_every=10, checkpoint_every=10, learning_rate=1e38,
       sample_length=5, on_divergence=on_divergence))
   [summary] = harness.run_group(char_lm.EXPERIMENT, [config], [tmp_path / 'run'])
   assert summary['status'] == status

@@ -234,7 +234,8 @@ def partition(kind: experiment.Experiment, plans: Sequence[RunPlan], names: Sequ
   """
   where = {name: i for i, name in enumerate(names)}
   group_of = {name: n for n, group in enumerate(recorded) for name in group}
-  kept, held = [], set()
+  kept: list[tuple[Any, list[int]]] = []
+  held: set[str] = set()
   for group in recorded:
     members = [where.get(name) for name in group]
     if (any(i is None for i in members) or len(set(group)) < len(group)
