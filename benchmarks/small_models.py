@@ -53,6 +53,9 @@ Columns, each in ms per run-update (a group's step time divided by its runs):
            group the shared phases divided by its runs plus a run's own report), at
            ``--steps`` steps (1,000; --quick: fewer, said in the heading).
 
+Below the table, ``padding_row``: the fused layer's forward and backward on a batch of length
+60 padded to T = 199 against the same batch cut to 60 (its loops run to the longest length).
+
 Everything runs on one core: the process pins itself to one (``os.sched_setaffinity``,
 ``--core``; as launch.sweep's local workers, one a core) and starts XLA single-threaded
 (``XLA_FLAGS=--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1``), by
@@ -333,6 +336,34 @@ def measure_row(name: str, steps: int, updates: int, repeats: int, rate: float,
           'bare compile': bare['compile']}
 
 
+def padding_row(rounds: int, calls: int = 20) -> dict:
+  """The fused layer's forward and backward (``jax.grad`` of a sum of its states) at B 20,
+  d 6, H 50 (the temporal order's sizes) on a batch of length 60 padded to T = 199 (lengths
+  all 60) and on the same batch cut to T = 60: ms a call, the medians of ``rounds``
+  interleaved rounds of ``calls`` calls each, and their ratio."""
+  import jax
+  import jax.numpy as jnp
+  import rnnjax
+  keys = jax.random.split(jax.random.key(0), 2)
+  params = rnnjax.init_elman(keys[0], 6, 50, 'orthogonal', radius=1.0)
+  padded = jax.random.normal(keys[1], (20, 199, 6))
+  lengths = jnp.full((20,), 60)
+  grad = jax.jit(jax.grad(lambda p, x: jnp.sum(rnnjax.elman_layer(p, x, lengths=lengths)[0])))
+  batches = {'padded': padded, 'cut': padded[:, :60]}
+  times: dict[str, list[float]] = {name: [] for name in batches}
+  for name, inputs in batches.items():
+    _block(grad(params, inputs))
+  for _ in range(rounds):
+    for name, inputs in batches.items():
+      began = time.perf_counter()
+      for _ in range(calls):
+        out = grad(params, inputs)
+      _block(out)
+      times[name].append((time.perf_counter() - began) / calls * 1e3)
+  padded_ms, cut_ms = (statistics.median(times[name]) for name in ('padded', 'cut'))
+  return {'padded': padded_ms, 'cut': cut_ms, 'ratio': padded_ms / cut_ms}
+
+
 def _phases(seconds: dict) -> str:
   return ', '.join(f'{k} {v:.1f}' for k, v in seconds.items())
 
@@ -380,6 +411,10 @@ def main(argv):
                  f'{row["bare compile"]:.1f} s')
     print(f'- {notes[-1]}', flush=True)
   table = markdown(rows)
+  padding = padding_row(repeats * 4)
+  table += ('\n\nPadding (the fused layer\'s forward and backward, B 20, d 6, H 50): a batch of '
+            f'length 60 padded to T = 199 {padding["padded"]:.3g} ms, the same batch cut to 60 '
+            f'{padding["cut"]:.3g} ms: padded / cut {padding["ratio"]:.2f}')
   tail = (f'{time.perf_counter() - began:.0f} s in all; load average '
           f'{" ".join(f"{v:.2f}" for v in os.getloadavg())} at the end')
   print()
