@@ -305,20 +305,6 @@ def elman(activation: Activation = 'tanh') -> ElmanCell:
   return ElmanCell(activation)
 
 
-def _floating(dtype: Any) -> np.dtype:
-  """``dtype`` as a numpy dtype: floating, and one JAX holds (float64 needs x64 on);
-  otherwise a ValueError naming ``dtype``."""
-  try:
-    value = jnp.dtype(dtype)
-  except TypeError:
-    value = None
-  if value is None or not jnp.issubdtype(value, jnp.floating):
-    raise ValueError(f'dtype: expected a floating dtype (float32, float64, bfloat16, '
-                     f'float16), got {dtype!r}')
-  if jax.dtypes.canonicalize_dtype(value) != value:  # float64 without x64
-    raise ValueError(f'dtype: expected a dtype JAX holds ({value} needs x64: '
-                     f'jax.config.update("jax_enable_x64", True)), got {value}')
-  return value
 
 
 # The argument of ``init_elman`` that scales each weight, for the overflow message.
@@ -397,7 +383,7 @@ def init_elman(key: jax.Array, input_size: int, hidden_size: int,
     the initializers: ``rnnjax.initializers``.
   """
   _check_sizes(input_size, hidden_size, biases)
-  dtype = _floating(dtype)
+  dtype = dtypes.floating_dtype(dtype)
   input_size, hidden_size = int(input_size), int(hidden_size)
   initializers.check_radius('radius', radius)  # also for 'uniform', which ignores it
   if input_scale is not None and (isinstance(input_scale, (bool, np.bool_)) or not isinstance(
@@ -520,7 +506,7 @@ def lstm_cell(params: Params, carry: tuple[ArrayLike, ArrayLike], x: ArrayLike
 def _init_gated(key: jax.Array, input_size: int, hidden_size: int, blocks: int, biases: int,
                 dtype: DTypeLike) -> dict[str, jax.Array]:
   _check_sizes(input_size, hidden_size, biases)
-  dtype = _floating(dtype)
+  dtype = dtypes.floating_dtype(dtype)
   keys = jax.random.split(key, 4)
   uniform = lambda k, shape: initializers.pytorch_uniform(k, shape, hidden_size)
   params = {'W_x': uniform(keys[0], (input_size, blocks * hidden_size)),

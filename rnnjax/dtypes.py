@@ -45,6 +45,28 @@ def cast_floating(tree: PyTree, dtype: Any) -> PyTree:
   return jax.tree_util.tree_map(lambda leaf: cast(jnp.asarray(leaf)), tree)
 
 
+def floating_dtype(dtype: Any, held_by_jax: bool = True) -> np.dtype:
+  """``dtype`` as a numpy floating dtype; with ``held_by_jax`` one JAX holds as it is (float64
+  needs x64 on).
+
+  Raises:
+    ValueError: naming ``dtype``, what is expected and the fix.
+  """
+  try:
+    value = np.dtype(dtype)
+  except TypeError:
+    value = None
+  if value is None or not jnp.issubdtype(value, jnp.floating):
+    shown = repr(dtype) if isinstance(dtype, str) else str(dtype)
+    raise ValueError(f'dtype: expected a floating dtype such as jnp.float32 (float32, float64, '
+                     f'bfloat16, float16), got {shown}; pass dtype=jnp.float32')
+  if held_by_jax and jax.dtypes.canonicalize_dtype(value) != value:  # float64 without x64
+    raise ValueError(f'dtype: expected a dtype JAX holds ({value} needs x64: '
+                     f'jax.config.update("jax_enable_x64", True), or `with '
+                     f'jax.enable_x64(True):`), got {value}; or pass dtype=jnp.float32')
+  return value
+
+
 def check_floating(name: str, value: ArrayLike) -> None:
   """Raises a ValueError naming ``name`` and its dtype unless ``value`` is floating.
 

@@ -80,6 +80,7 @@ import numpy as np
 from rnnjax import cells
 from rnnjax import checks
 from rnnjax import diagnostics
+from rnnjax import dtypes
 from rnnjax import initializers
 from rnnjax import norms
 
@@ -343,23 +344,6 @@ def _checked_distances(distances: Any) -> tuple[int, ...]:
   return tuple(checks.integer(f'distances[{i}]', k, 1) for i, k in enumerate(values))
 
 
-def _checked_dtype(dtype: Any, protocol: str) -> Any:
-  """``dtype`` as a numpy floating dtype that JAX holds as it is ('network': float64 needs
-  ``jax.enable_x64``)."""
-  try:
-    found = np.dtype(dtype)
-  except TypeError:
-    found = None
-  if found is None or not np.issubdtype(found, np.floating):
-    raise ValueError(f'dtype: expected a floating dtype such as jnp.float32, got '
-                     f'{checks.shown(dtype)}; pass dtype=jnp.float32 (or jnp.float64 under '
-                     'jax.enable_x64)')
-  if protocol == 'network' and jax.dtypes.canonicalize_dtype(found) != found:
-    raise ValueError(f'dtype: expected a dtype JAX holds as it is, got {found.name} with '
-                     f'jax_enable_x64 off (JAX would compute in '
-                     f'{jax.dtypes.canonicalize_dtype(found).name}); call inside '
-                     f'`with jax.enable_x64(True):` or pass dtype=jnp.float32')
-  return found
 
 
 def _check_cell_params(params: Any) -> None:
@@ -454,7 +438,7 @@ def gradient_norm_table(radii: Sequence[float] | None = None,
   seed = checks.integer('seed', seed, 0, 2 ** 63 - 1)
   initializers.check_radius('input_scale', input_scale)
   transient = checks.integer('transient', transient, 0)
-  dtype = _checked_dtype(dtype, protocol)
+  dtype = dtypes.floating_dtype(dtype, held_by_jax=protocol == 'network')
   if protocol == 'linearised':
     return _linearised(given_radii, distances, hidden_size, seed)
   return _network(SEED_RADII if given_radii is None else given_radii, distances, hidden_size,

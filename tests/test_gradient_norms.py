@@ -260,11 +260,11 @@ def test_the_committed_spread_table_is_what_spread_table_writes():
     (dict(radii=(1.0, -0.5)), r'^radii\[1\]: expected a finite value >= 0, got -0.5$'),
     (dict(distances=20), r'^distances: expected a sequence of distances k >= 1 in steps such '
                          r'as \(20, 40, 60\), got the int 20; pass distances=\(20,\) for one$'),
-    (dict(dtype=jnp.int32), r"^dtype: expected a floating dtype such as jnp.float32, got "
+    (dict(dtype=jnp.int32), r"^dtype: expected a floating dtype such as jnp.float32 .*, got "
                             r"<class 'jax.numpy.int32'>; pass dtype=jnp.float32"),
     (dict(dtype='no such dtype'), r"^dtype: expected a floating dtype .* got 'no such dtype'"),
-    (dict(dtype=jnp.float64), r'^dtype: expected a dtype JAX holds as it is, got float64 with '
-                              r'jax_enable_x64 off .*pass dtype=jnp.float32$'),
+    (dict(dtype=jnp.float64), r'^dtype: expected a dtype JAX holds \(float64 needs x64: .*'
+                              r'jax.enable_x64\(True\):`\), got float64; or pass dtype=jnp.float32$'),
     (dict(protocol='linearised', params={'W_xh': np.zeros((2, 2)), 'W_hh': np.zeros((2, 2))}),
      r"^params: expected None with protocol 'linearised' .*pass protocol='network'"),
 ])
