@@ -105,27 +105,53 @@ def test_a_relaunch_keeps_the_recorded_groups_and_names_the_runs_it_cannot(tmp_p
   names = plan.folder_names(runs, ['spectral_radius'])
   configs = sweep.run_configs(char_lm_config.get_config(), runs, {})
   plans = plan.plan(char_lm.EXPERIMENT, configs, [tmp_path / name for name in names])
-  first = plan.partition(char_lm.EXPERIMENT, plans, names, [], 0, 2)
+  cut = lambda plans, recorded, homeless=(), max_group_size=0, parts=1: plan.partition(
+      char_lm.EXPERIMENT, plans, names, recorded, homeless, max_group_size, parts)
+  first = cut(plans, [], parts=2)
   assert first.jobs == [[2, 3, 4], [0, 1]]  # the most work first
-  assert sorted(map(len, first.groups)) == [2, 3] and first.regrouped == []
+  assert sorted(first.groups) == [names[:2], names[2:]]
+  assert first.regrouped == first.homeless == []
   # a relaunch on one process, its runs at other checkpoint steps: the same groups
   resumed = [run._replace(action='resume', step=10 * i) for i, run in enumerate(plans)]
-  again = plan.partition(char_lm.EXPERIMENT, resumed, names, first.groups, 0, 1)
+  again = cut(resumed, first.groups)
   assert sorted(again.jobs) == sorted(first.jobs) and again.groups == first.groups
   # a member ended: it rides along; a group whose runs all ended is no job
   ended = [run._replace(action='ended') if i in (0, 1, 2) else run
            for i, run in enumerate(resumed)]
-  assert sorted(plan.partition(char_lm.EXPERIMENT, ended, names, first.groups, 0, 1).jobs) == [
-      [2, 3, 4]]
+  assert sorted(cut(ended, first.groups).jobs) == [[2, 3, 4]]
   # a changed member: it trains again from the start, its group mates are regrouped
   changed = [run._replace(action='changed') if i == 4 else run for i, run in enumerate(resumed)]
-  cut = plan.partition(char_lm.EXPERIMENT, changed, names, first.groups, 0, 1)
-  assert cut.regrouped == [2, 3] and [0, 1] in cut.jobs
-  assert sorted(sorted(group) for group in cut.groups) == sorted(
-      [sorted(names[:2]), [names[2]], [names[3]], [names[4]]])
+  split = cut(changed, first.groups)
+  assert split.regrouped == [2, 3] and [0, 1] in split.jobs and split.homeless == []
+  assert sorted(split.groups) == sorted([names[:2], [names[2]], [names[3]], [names[4]]])
   # a smaller --max_group_size than a recorded group: that group is cut anew
-  smaller = plan.partition(char_lm.EXPERIMENT, resumed, names, first.groups, 2, 1)
+  smaller = cut(resumed, first.groups, max_group_size=2)
   assert smaller.regrouped == [2, 3, 4] and [0, 1] in smaller.jobs
+
+
+def test_what_is_left_of_a_broken_group_is_regrouped_when_it_trains_again(tmp_path):
+  """Group [2, 3, 4]: 4 changes while 3 has ended, so 2 and 4 are cut anew and 3 is homeless;
+  when 3 trains again later (its summary lost), it is regrouped too, not kept alone."""
+  from experiments import char_lm
+  from experiments.configs import char_lm as char_lm_config
+  runs = [{'spectral_radius': 0.5 + i / 10} for i in range(5)]
+  names = plan.folder_names(runs, ['spectral_radius'])
+  plans = plan.plan(char_lm.EXPERIMENT, sweep.run_configs(char_lm_config.get_config(), runs, {}),
+                    [tmp_path / name for name in names])
+  recorded = [names[:2], names[2:]]
+  actions = {0: 'ended', 1: 'ended', 2: 'resume', 3: 'ended', 4: 'changed'}
+  now = [run._replace(action=actions[i], step=20) for i, run in enumerate(plans)]
+  broken = plan.partition(char_lm.EXPERIMENT, now, names, recorded)
+  assert broken.regrouped == [2] and broken.homeless == [names[3]]
+  assert names[3] not in {name for group in broken.groups for name in group}
+  later = [run._replace(action='resume') if i == 3 else run._replace(action='ended')
+           for i, run in enumerate(now)]
+  again = plan.partition(char_lm.EXPERIMENT, later, names, broken.groups, broken.homeless)
+  assert again.regrouped == [3] and again.homeless == [] and again.jobs == [[3]]
+  # a lost record (groups.json removed or damaged after a launch): every run that resumes
+  # from a checkpoint is regrouped, a run that starts anew is not
+  lost = [run._replace(action='resume', step=10 * i) for i, run in enumerate(plans)]
+  assert plan.partition(char_lm.EXPERIMENT, lost, names, None).regrouped == [1, 2, 3, 4]
 
 
 def test_a_regrouped_run_is_marked_in_the_table_and_others_are_not(tmp_path):
@@ -153,3 +179,46 @@ def test_provenance_outside_a_git_checkout_names_the_rnnjax_version(tmp_path, mo
   import rnnjax
   monkeypatch.chdir(tmp_path)
   assert sweep.provenance()['commit'] == f'rnnjax {rnnjax.__version__}'
+
+
+def test_a_ride_along_stopped_midway_leaves_its_run_to_resume(tmp_path, shared_data_dir):
+  """A group of two ended; one run's last checkpoint and summary are lost (a kill as the group
+  saved): the group steps again from step 10, the ended run riding along. Stopped after a
+  step, the rider has no summary
+  (so any later launch resumes it, not reports it ended); run again, both summaries are as
+  before, bit for bit."""
+  from experiments import char_lm
+  from experiments.configs import char_lm as char_lm_config
+  from rnnjax.train import harness
+  from rnnjax.train import trainer
+  runs = [dict(hidden_size=8, embedding_size=4, batch_size=4, truncation=8, steps=20,
+               log_every=10, checkpoint_every=10, sample_length=5, spectral_radius=r)
+          for r in (0.5, 1.5)]
+  configs = sweep.run_configs(char_lm_config.get_config(), runs, {})
+  folders = [tmp_path / 'rider', tmp_path / 'lost']
+  harness.run_group(char_lm.EXPERIMENT, configs, folders)
+  before = [(folder / 'summary.json').read_bytes() for folder in folders]
+  (folders[1] / 'summary.json').unlink()
+  shutil.rmtree(folders[1] / checkpoints.CHECKPOINTS / '20')  # killed while saving step 20
+  stepped: list[int] = []
+  with pytest.raises(trainer.Interrupted):  # stopped after the group's first step, 11
+    harness.run_group(char_lm.EXPERIMENT, configs, folders, stop_requested=lambda: bool(stepped),
+                      on_progress=stepped.append)
+  assert stepped == [11]
+  assert not (folders[0] / 'summary.json').exists()
+  assert [run.action for run in plan.plan(char_lm.EXPERIMENT, configs, folders)] == [
+      'resume', 'resume']
+  harness.run_group(char_lm.EXPERIMENT, configs, folders)
+  assert [(folder / 'summary.json').read_bytes() for folder in folders] == before
+
+
+def test_a_lost_or_damaged_record_of_groups_is_said(tmp_path, capsys):
+  assert sweep._record(tmp_path, launched=False) == ([], [], set())  # a first launch
+  assert sweep._record(tmp_path, launched=True)[0] is None  # removed since a launch
+  for damaged in ('{"groups": [["a", "b"], ["b"]]}', '{"groups": [["a"]', '[1]'):
+    (tmp_path / sweep.GROUPS).write_text(damaged)
+    assert sweep._record(tmp_path, launched=True)[0] is None
+    assert f'note: {tmp_path / sweep.GROUPS} is damaged' in capsys.readouterr().out
+  (tmp_path / sweep.GROUPS).write_text(
+      '{"groups": [["a", "b"]], "homeless": ["c"], "regrouped": ["d"]}')
+  assert sweep._record(tmp_path, launched=True) == ([['a', 'b']], ['c'], {'d'})

@@ -135,3 +135,38 @@ def test_a_requeued_job_resumes_from_its_checkpoint(tmp_path, shared_data_dir):
                            jax.tree_util.tree_leaves(checkpoints.final_params(
                                tmp_path / 'whole' / 'run')[1])):
     np.testing.assert_array_equal(got, expected)
+
+
+def test_a_requeued_group_resumes_as_a_unit_and_ends_bit_equal(tmp_path, shared_data_dir):
+  """Two runs vmapped into one Slurm job, requeued while they train: the job resumes the group
+  from its runs' newest common checkpoint, and both runs end bit-equal to the same sweep run
+  locally without a stop (one group of two in both: ``groups.json``)."""
+  config = config_file(tmp_path, 20000, 250, (0.9, 1.1))
+  whole = sweep(config, tmp_path / 'whole', '--processes=1')
+  _, errors = whole.communicate(timeout=900)
+  assert whole.returncode == 0, errors
+  before = set(job_ids())
+  launcher = sweep(config, tmp_path / 'requeued', '--executor=slurm',
+                   '--slurm.slurm_partition=debug', '--slurm.timeout_min=20',
+                   '--slurm.mem_gb=2')
+  folders = [tmp_path / 'requeued' / f'spectral_radius={r}' for r in (0.9, 1.1)]
+  deadline = time.time() + 300
+  while time.time() < deadline and not all(checkpoints.saved_steps(f) for f in folders):
+    time.sleep(0.2)
+  queue = job_ids()
+  job = [j for j, state in queue.items() if j not in before and state == 'RUNNING']
+  assert len(job) == 1, (queue, before)
+  subprocess.run(['scontrol', 'requeue', job[0]], check=True)
+  output, errors = launcher.communicate(timeout=1200)
+  assert launcher.returncode == 0, errors
+  for group in (tmp_path / 'whole', tmp_path / 'requeued'):
+    assert [sorted(g) for g in json.loads((group / 'groups.json').read_text())['groups']] == [
+        ['spectral_radius=0.9', 'spectral_radius=1.1']]
+  for folder in folders:
+    assert 'resumed 2 run(s) from the checkpoint of step' in (folder / 'log.txt').read_text()
+    reference = tmp_path / 'whole' / folder.name
+    for name in ('metrics.jsonl', 'summary.json'):
+      assert (folder / name).read_bytes() == (reference / name).read_bytes(), name
+    for got, expected in zip(jax.tree_util.tree_leaves(checkpoints.final_params(folder)[1]),
+                             jax.tree_util.tree_leaves(checkpoints.final_params(reference)[1])):
+      np.testing.assert_array_equal(got, expected)

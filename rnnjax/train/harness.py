@@ -5,7 +5,8 @@ the data and the model (``Experiment.task``) and check the memory they need, and
 the folders, plan again under the locks (a plan holds only under the lock that acts on it) and
 write. A run whose report fails after training keeps the error in its summary (``report_error``).
 A group trains as a unit: when one of its runs has to train, every run of it steps, those that
-ended riding along (their files rewritten with the same values), so that each run steps in the
+ended riding along (their summary removed until it is written again with the same values, so
+that a stop in between leaves them to resume), so that each run steps in the
 program of one group size from start to end (XLA compiles another program for another size, and
 its floats differ). The loop, checkpoints, metrics and TensorBoard are the trainer's.
 """
@@ -144,6 +145,8 @@ def run_group(kind: experiment.Experiment, configs: Sequence[ConfigDict],
     for i in todo if writer else []:
       if plans[i].action in ('new', 'changed'):
         run_folder.clear(plans[i].folder)
+      if plans[i].action == 'ended':  # it rides along: until written again it has not ended,
+        (plans[i].folder / run_folder.SUMMARY).unlink(missing_ok=True)  # so a stop resumes it
       run_folder.write_json(plans[i].folder / run_folder.CONFIG, experiment.as_dict(configs[i]))
       for name, data in task.artifacts.items():
         run_folder.write(plans[i].folder / name, data)

@@ -203,58 +203,66 @@ class Partition(NamedTuple):
   """A launch's jobs and the record of groups a relaunch keeps (``partition``)."""
   jobs: list[list[int]]  # indices into the plans, in the order they start
   groups: list[list[str]]  # every recorded group, as run folder names, after this launch
-  regrouped: list[int]  # runs to train in another group than the one they were recorded in
+  regrouped: list[int]  # runs to train in another group than the one they started in
+  homeless: list[str]  # runs whose recorded group was broken and that have no new one yet
 
 
 def partition(kind: experiment.Experiment, plans: Sequence[RunPlan], names: Sequence[str],
-              recorded: Sequence[Sequence[str]] = (), max_group_size: int = 0,
-              parts: int = 1) -> Partition:
+              recorded: Sequence[Sequence[str]] | None = (), homeless: Sequence[str] = (),
+              max_group_size: int = 0, parts: int = 1) -> Partition:
   """The jobs of a sweep's launch, keeping the groups an earlier launch recorded.
 
   A run's floats are a function of its config and of the size of the vmapped group it trains
   in (XLA compiles another program for another group size), so the group is part of the plan:
   cut once, recorded, and kept by every relaunch. A recorded group (``recorded``: lists of the
-  folder names of ``names``) is kept as one job, in its recorded order, when one of its runs
-  trains, all of them are runs of ``plans`` planned 'new', 'resume' or 'ended' (not 'changed' or
-  'refused') with one group key, and it fits ``max_group_size`` (0: any size); its ended runs
-  ride along (the harness steps a group as a unit, from its runs' newest common checkpoint).
-  The other runs to train are cut as ``jobs`` cuts them and recorded as new groups; those of
-  them that were in a recorded group, and are not trained again from the start ('changed'),
-  are ``regrouped``.
+  folder names of ``names``, each name in one) is kept as one job, in its recorded order, when
+  one of its runs trains, all of them are runs of ``plans`` planned 'new', 'resume' or 'ended'
+  (not 'changed' or 'refused') with one group key, and it fits ``max_group_size`` (0: any
+  size); its ended runs ride along (the harness steps a group as a unit, from its runs' newest
+  common checkpoint). A recorded group of which a run trains but that cannot be kept is broken:
+  its runs that train are cut anew, the others become ``homeless``. The runs to train outside a
+  kept group are cut as ``jobs`` cuts them and recorded as new groups; those of them that had a
+  recorded group or were homeless (or, with ``recorded`` None, the record lost, that resume from
+  a checkpoint), unless trained again from the start ('changed'), are ``regrouped``.
 
   Args:
     kind: the experiment of every run.
     plans: R ``RunPlan``s.
     names: the R runs' folder names.
-    recorded: the groups recorded by earlier launches (``Partition.groups``).
+    recorded: the groups recorded by earlier launches (``Partition.groups``); None: the
+      record is lost (missing or damaged after earlier launches).
+    homeless: the runs recorded as homeless by earlier launches (``Partition.homeless``).
     max_group_size, parts: as ``jobs``.
 
   Returns:
     the ``Partition``.
   """
   where = {name: i for i, name in enumerate(names)}
-  group_of = {name: n for n, group in enumerate(recorded) for name in group}
   kept: list[tuple[Any, list[int]]] = []
-  held: set[str] = set()
-  for group in recorded:
+  unchanged, broken = [], []
+  for group in recorded or ():
     members = [where.get(name) for name in group]
-    if (any(i is None for i in members) or len(set(group)) < len(group)
-        or any(group_of[name] != group_of[group[0]] for name in group)):
-      continue
     runs = [plans[i] for i in members if i is not None]
-    if (any(run.action not in ('new', 'resume', 'ended') for run in runs)
-        or not any(_trains(run) for run in runs)
-        or len({experiment.group_key(kind, run.config) for run in runs}) > 1
-        or 0 < max_group_size < len(runs)):
-      continue
-    program = (experiment.group_key(kind, runs[0].config), len(runs))
-    kept.append((program, [i for i in members if i is not None]))
-    held.update(group)
+    if not any(_trains(run) for run in runs):
+      unchanged.append(list(group))
+    elif (all(i is not None for i in members)
+          and all(run.action in ('new', 'resume', 'ended') for run in runs)
+          and len({experiment.group_key(kind, run.config) for run in runs}) == 1
+          and not 0 < max_group_size < len(runs)):
+      kept.append(((experiment.group_key(kind, runs[0].config), len(runs)),
+                   [i for i in members if i is not None]))
+      unchanged.append(list(group))
+    else:
+      broken.append(list(group))
+  held = {names[i] for _, members in kept for i in members}
   rest = [i for i, run in enumerate(plans) if _trains(run) and names[i] not in held]
   fresh = _cut(kind, plans, rest, max_group_size, parts)
-  moved = {names[i] for _, members in fresh for i in members}
-  groups = [[name for name in group if name not in moved] for group in recorded]
-  groups = [group for group in groups if group] + [[names[i] for i in members]
-                                                   for _, members in fresh]
-  regrouped = [i for i in rest if names[i] in group_of and plans[i].action != 'changed']
-  return Partition(_ordered(kind, plans, kept + fresh, parts), groups, regrouped)
+  placed = {names[i] for _, members in fresh for i in members}
+  had_group = {name for group in recorded or () for name in group} | set(homeless)
+  regrouped = [i for i in rest if plans[i].action != 'changed' and (
+      names[i] in had_group or (recorded is None and plans[i].action == 'resume'
+                                and plans[i].step > 0))]
+  left = (set(homeless) | {name for group in broken for name in group}) - placed
+  return Partition(_ordered(kind, plans, kept + fresh, parts),
+                   unchanged + [[names[i] for i in members] for _, members in fresh],
+                   regrouped, sorted(left))

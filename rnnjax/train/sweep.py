@@ -147,9 +147,11 @@ def sweep(kind: experiment.Experiment, configs: list[ConfigDict], overrides: lis
       _print(f'interrupted before any run started; {workdir} is left as it was')
       return 128 + received[0]
     lock = run_folder.lock(workdir)
+    launched = (workdir / run_folder.SWEEP_INDEX).exists()  # a sweep's folder before this launch
     run_folder.write_json(workdir / run_folder.SWEEP_INDEX, dict(zip(names, overrides)))
     _note(workdir, names, plans)
-    regrouped, groups = _partition(kind, plans, names, workdir, max_group_size, runners[0].parts)
+    regrouped, groups = _partition(kind, plans, names, workdir, max_group_size, runners[0].parts,
+                                   launched)
     statuses: dict[int, str] = {}  # of the runs that did not end: failed, interrupted
     _train(runners[0], kind, plans, names, modes, groups, verbosity, reasons, statuses,
            workdir / '.jobs')
@@ -217,29 +219,45 @@ def _note(workdir: pathlib.Path, names: list[str], plans: list[planning.RunPlan]
            + ', '.join(changed))
 
 
+def _record(workdir: pathlib.Path, launched: bool
+            ) -> tuple[list[list[str]] | None, list[str], set[str]]:
+  """``GROUPS`` as (groups, homeless runs, regrouped runs); groups None where it is damaged (named
+  on a line) or missing from a folder ``launched`` before (removed, or a version without it)."""
+  if not (workdir / GROUPS).exists():
+    return None if launched else [], [], set()
+  saved = run_folder.read_json(workdir / GROUPS)
+  lists = lambda value: isinstance(value, list) and all(isinstance(n, str) for n in value)
+  groups = saved.get('groups') if isinstance(saved, dict) else None
+  names = [name for group in groups for name in group] if isinstance(groups, list) and all(
+      lists(group) for group in groups) else None
+  if (names is None or len(set(names)) < len(names) or not lists(saved.get('homeless', []))
+      or not lists(saved.get('regrouped', []))):
+    _print(f'note: {workdir / GROUPS} is damaged, so the groups the runs started in are '
+           'unknown: the runs to train are grouped anew, and those that resume from a '
+           'checkpoint are marked regrouped')
+    return None, [], set()
+  return groups, saved.get('homeless', []), set(saved.get('regrouped', []))
+
+
 def _partition(kind: experiment.Experiment, plans: list[planning.RunPlan], names: list[str],
-               workdir: pathlib.Path, max_group_size: int, parts: int
+               workdir: pathlib.Path, max_group_size: int, parts: int, launched: bool
                ) -> tuple[set[str], list[list[int]]]:
   """This launch's jobs, keeping the groups of ``GROUPS`` (``plan.partition``), recorded anew;
   the names of the runs that have trained in another group than their first (ever, until
-  trained again from the start), those of this launch named on a line."""
-  saved = run_folder.read_json(workdir / GROUPS)
-  recorded = saved.get('groups', []) if isinstance(saved, dict) else []
-  if not (isinstance(recorded, list) and all(
-      isinstance(group, list) and all(isinstance(name, str) for name in group)
-      for group in recorded)):
-    _print(f'note: {workdir / GROUPS} is damaged; the runs to train are grouped anew')
-    recorded = []
-  cut = planning.partition(kind, plans, names, recorded, max_group_size, parts)
+  trained again from the start), those of this launch named on a line. ``launched``: whether
+  the folder was a sweep's before this launch (then a missing ``GROUPS`` is a lost record)."""
+  recorded, homeless, before = _record(workdir, launched)
+  cut = planning.partition(kind, plans, names, recorded, homeless, max_group_size, parts)
   restarted = {names[i] for i, run in enumerate(plans) if run.action == 'changed'}
-  before = set(saved.get('regrouped', [])) if isinstance(saved, dict) else set()
   regrouped = (before - restarted) | {names[i] for i in cut.regrouped}
-  run_folder.write_json(workdir / GROUPS, {'groups': cut.groups, 'regrouped': sorted(regrouped)})
+  run_folder.write_json(workdir / GROUPS, {'groups': cut.groups, 'homeless': cut.homeless,
+                                           'regrouped': sorted(regrouped)})
   if cut.regrouped:
-    _print(f'{len(cut.regrouped)} run(s) train in another vmapped group than the one recorded in '
-           f'{GROUPS} (a member changed or failed its checks, or --max_group_size is smaller than '
-           'the group), so their floats may differ from an uninterrupted sweep\'s; marked '
-           'regrouped in results.md: ' + ', '.join(names[i] for i in cut.regrouped))
+    _print(f'{len(cut.regrouped)} run(s) train in another vmapped group than the one they '
+           f'started in (a group mate changed, failed its checks or left the sweep, '
+           f'--max_group_size is smaller than the group, or {GROUPS} was lost), so their floats '
+           'may differ from an uninterrupted sweep\'s; marked regrouped in results.md: '
+           + ', '.join(names[i] for i in cut.regrouped))
   return regrouped, cut.jobs
 
 
