@@ -31,8 +31,10 @@ References:
   (RNN.py, tempOrder.py).
 """
 
+import fractions
 import math
 import operator
+import statistics
 
 import jax
 import jax.numpy as jnp
@@ -472,6 +474,197 @@ def methods(runs, keys, folder, heading) -> None:
       'method against the one before it.'])), folder, 'methods')
 
 
+FEW_SEEDS = 5  # at most this many runs a cell: the median and the range, not the IQR
+
+
+def exact_stratified(tables: list[tuple[int, int, int, int]]) -> float:
+  """The two-sided p of the exact conditional test that K 2 x 2 tables share an odds ratio of 1.
+
+  Each table ``(a, b, c, d)`` is one stratum: row 1 (a method) a yes and b no, row 2 (the
+  one it is tested against) c yes and d no. Conditional on every margin (n1 = a + b,
+  m1 = a + c, N = a + b + c + d), a is hypergeometric under the null,
+  P(a = x) = C(m1, x) C(N - m1, n1 - x) / C(N, n1), independently across strata; the
+  statistic S = sum_k a_k (the Cochran-Mantel-Haenszel statistic's numerator) has the
+  convolution of those distributions, and p = sum of P(S = s) over the s with
+  P(S = s) <= P(S = S_observed): the two-sided rule of Fisher's exact test
+  (``scipy.stats.fisher_exact``, ``report.fisher``), to which the test reduces for K = 1. A
+  stratum with no yes or no no (m1 = 0 or m1 = N) has one value of a and adds nothing.
+  Exact rational arithmetic (``fractions.Fraction``), so equal probabilities tie exactly.
+
+  Sources: Birch (1964), "The detection of partial association, I: the 2 x 2 case", JRSS B
+  26; Mehta, Patel & Gray (1985), JASA 80 (the distribution of S); Agresti (2002),
+  "Categorical Data Analysis", 2nd ed., chapter 6 (exact inference for 2 x 2 x K tables); R's
+  ``mantelhaen.test(exact = TRUE)``, whose two-sided p this is.
+
+  Args:
+    tables: K tuples of non-negative ints (a, b, c, d), K >= 1.
+
+  Returns:
+    p in (0, 1].
+  """
+  distribution = {0: fractions.Fraction(1)}  # P(S = s) over the strata so far
+  observed = 0
+  for a, b, c, d in tables:
+    n1, m1, total = a + b, a + c, a + b + c + d
+    stratum = {x: fractions.Fraction(math.comb(m1, x) * math.comb(total - m1, n1 - x),
+                                     math.comb(total, n1))
+               for x in range(max(0, n1 + m1 - total), min(n1, m1) + 1)}
+    combined: dict[int, fractions.Fraction] = {}
+    for s, p in distribution.items():
+      for x, q in stratum.items():
+        combined[s + x] = combined.get(s + x, fractions.Fraction(0)) + p * q
+    distribution, observed = combined, observed + a
+  return float(sum(p for p in distribution.values() if p <= distribution[observed]))
+
+
+def _few(values: list) -> tuple[float, float, float]:
+  """(median, min, max) of ``values`` (NaNs for none); of ints, a whole median an int."""
+  if not values:
+    return math.nan, math.nan, math.nan
+  median = statistics.median(values)
+  if all(isinstance(v, int) for v in values) and float(median).is_integer():
+    median = int(median)
+  return median, min(values), max(values)
+
+
+def strata_tables(rows: list[dict], folder, heading: str) -> tuple[str, str]:
+  """``methods_by_init.md`` / ``.csv`` and ``methods_stratified.md`` / ``.csv``: Figure 7's runs
+  per initialization, and the tests of each method against the one before it within them.
+
+  ``methods_by_init``: per (T, init, method), the runs solved (``report.wilson``: k of n, the
+  95% Wilson interval) and, over at most ``FEW_SEEDS`` runs, the median, min and max of the
+  updates to solve (the runs that solved), the final training loss (nats; at the update that
+  solved, else after the budget), the final test error, the final spectral radius of W_hh and
+  the largest gradient norm of the run; over more runs, the median
+  [IQR] (``report.spread``). ``methods_stratified``: per T and pair of consecutive methods
+  (``pascanu.METHODS``' order), each init's counts and Fisher's exact test (two-sided,
+  ``report.fisher``), the exact conditional test over the inits (``exact_stratified``) and, for
+  comparison with ``methods.md``, the pooled counts and their Fisher's test.
+
+  Args:
+    rows: a dict a run: 'length' (int), 'init', 'method', 'success' (bool), 'solved_step'
+      (a number, or None where unsolved), 'train_loss_nats', 'test_error',
+      'final_measured_spectral_radius', 'max_grad_norm'.
+    folder: where the tables are written (a ``pathlib.Path``).
+    heading: the tables' first paragraph (their source).
+
+  Returns:
+    (the Markdown of methods_by_init, that of methods_stratified).
+  """
+  cells: dict[tuple, list[dict]] = {}
+  for row in rows:
+    cells.setdefault((row['length'], row['init'], row['method']), []).append(row)
+  order = [m for m in pascanu.METHODS if any(key[2] == m for key in cells)]
+  inits = sorted({key[1] for key in cells})
+  few = max(len(members) for members in cells.values()) <= FEW_SEEDS
+  by_init = []
+  for (length, init, method), members in sorted(
+      cells.items(), key=lambda item: (item[0][0], item[0][1], order.index(item[0][2]))):
+    solved = [r for r in members if r['success']]
+    row: dict = {'length': length, 'init': init, 'method': method, 'seeds': len(members),
+                 'solved': report.wilson(len(solved), len(members))}
+    for name, values in (('updates to solve', [int(r['solved_step']) for r in solved]),
+                         ('final training loss (nats)', [r['train_loss_nats'] for r in members]),
+                         ('final test error', [r['test_error'] for r in members]),
+                         ('final spectral radius of W_hh',
+                          [r['final_measured_spectral_radius'] for r in members]),
+                         ('largest gradient norm', [r['max_grad_norm'] for r in members])):
+      if few:
+        row.update(zip((f'{name}: median', f'{name}: min', f'{name}: max'), _few(values)))
+      else:
+        row[name] = report.spread(values)
+    by_init.append(row)
+  kept = 'the median, min and max' if few else 'the median [interquartile range]'
+  first = report.table(by_init, '\n\n'.join(filter(None, [
+      heading, 'One row per length, initialization and method, over its seeds: the runs '
+      f'solved within the budget, k of n with the 95% Wilson interval; {kept} of the updates '
+      'to solve (over the runs that solved), of the final training loss (at the update that '
+      'solved, else after the budget), of the final test error, of the final spectral radius '
+      'of W_hh and of the largest gradient norm (before clipping) of the run.'])), folder,
+      'methods_by_init')
+  tests = []
+  for length in sorted({key[0] for key in cells}):
+    for before, after in zip(order, order[1:]):
+      counts = {}
+      for init in inits:
+        yes = [sum(bool(r['success']) for r in cells.get((length, init, m), []))
+               for m in (after, before)]
+        runs = [len(cells.get((length, init, m), [])) for m in (after, before)]
+        counts[init] = (yes[0], runs[0] - yes[0], yes[1], runs[1] - yes[1])
+      row = {'length': length, 'test': f'{after} against {before}'}
+      for init, (a, b, c, d) in counts.items():
+        row[f'{init}: solved'] = f'{a}/{a + b} against {c}/{c + d}'
+        row[f"{init}: Fisher's p"] = report.fisher(report.wilson(a, a + b),
+                                                   report.wilson(c, c + d))
+      row["exact stratified p (both inits)"] = exact_stratified(list(counts.values()))
+      a, b, c, d = (sum(t[i] for t in counts.values()) for i in range(4))
+      row['pooled: solved'] = f'{a}/{a + b} against {c}/{c + d}'
+      row["pooled: Fisher's p"] = report.fisher(report.wilson(a, a + b), report.wilson(c, c + d))
+      tests.append(row)
+  second = report.table(tests, '\n\n'.join(filter(None, [
+      heading, 'Each method against the one before it, per length, over the seeds of each '
+      'initialization (k of n solved; their 95% Wilson intervals are in `methods_by_init.md`): '
+      "Fisher's exact test (two-sided, as in `methods.md`) "
+      'within each initialization; the exact conditional test of a common odds ratio of 1 '
+      'over the two initializations as strata (the exact form of the Cochran-Mantel-Haenszel '
+      "test, two-sided by Fisher's rule: `experiments.temporal_order.exact_stratified`); and "
+      "the pooled counts with Fisher's test, as `methods.md` gives them. No correction for "
+      'the number of tests.'])), folder, 'methods_stratified')
+  return first, second
+
+
+def strata(runs, keys, folder, heading) -> None:
+  """``strata_tables`` of a sweep in mode 'fixed' whose arms differ by method alone and whose
+  init is swept (the sweep of Figure 7); nothing for another sweep."""
+  arm_keys = [k for k in keys
+              if k not in ('length', 'init', 'seed', 'method', 'clipping', 'omega_weight')]
+  rows, arms = [], {}
+  for run in _ended(runs):
+    config, summary = run['config'], run['summary']
+    if config.get('mode') == 'fixed':
+      arms.setdefault(config['method'], set()).add(tuple(run['values'].get(k) for k in arm_keys))
+      rows.append({'length': config['length'], 'init': config['init'],
+                   'method': config['method'], 'success': bool(summary.get('success')),
+                   'solved_step': summary.get('solved_step'),
+                   **{name: summary.get(name, math.nan) for name in (
+                       'train_loss_nats', 'test_error', 'final_measured_spectral_radius',
+                       'max_grad_norm')}})
+  if 'init' not in keys or len(arms) < 2 or len(set().union(*arms.values())) > 1:
+    return  # one method, one init, or arms that another field tells apart (flossing)
+  strata_tables(rows, folder, '\n\n'.join(filter(None, [heading, 'Both initializations apart.'])))
+
+
+def strata_from_csv(path, folder=None) -> tuple[str, str]:
+  """``strata_tables`` of a sweep's committed ``results.csv`` (the runs that ended), written
+  beside it (or in ``folder``), headed by the commits and dates its runs were measured at: the
+  Figure 7 tables of docs/results/temporal_order/ with no new run.
+
+  Args:
+    path: a ``pathlib.Path`` to the results.csv of the Figure 7 sweep.
+    folder: where to write the tables (default: ``path``'s folder).
+
+  Returns:
+    ``strata_tables``' Markdown.
+  """
+  import csv
+  with open(path, newline='') as file:
+    table = [r for r in csv.DictReader(file) if r['status'] in ('finished', 'diverged')]
+  number = lambda text: float(text) if text not in ('', None) else math.nan
+  rows = [{'length': int(r['length']), 'init': r['init'], 'method': r['method'],
+           'success': r['success'] == 'True',
+           'solved_step': number(r['solved_step']) if r['solved_step'] else None,
+           **{name: number(r[name]) for name in ('train_loss_nats', 'test_error',
+                                                 'final_measured_spectral_radius',
+                                                 'max_grad_norm')}}
+          for r in table]
+  commits = ', '.join(sorted({r['commit'] for r in table}))
+  dates = ', '.join(sorted({r['date'] for r in table}))
+  heading = (f'Computed from `results.csv` beside it, no new runs: its {len(rows)} runs, measured '
+             f'at commit {commits} on {dates} (`experiments.temporal_order.strata_from_csv`). '
+             'Both initializations apart.')
+  return strata_tables(rows, path.parent if folder is None else folder, heading)
+
+
 def omega_weights(runs, keys, folder, heading) -> None:
   """``omega_weights.md`` / ``.csv`` of a sweep in mode 'fixed' with MSGD-CR at several
   weights: per T and init, the runs solved at each weight (95% Wilson interval) and Fisher's
@@ -560,4 +753,4 @@ EXPERIMENT = experiment.Experiment(
     vmappable=('seed', 'init'),  # both inits are tanh networks of the same shapes
     plots=(('heatmap', 'success', 'length', ('init',)), ('profile', 'method'),
            ('rate', 'solved_step', (10_000, 25_000, 50_000, 100_000, 200_000), 'length')),
-    analyses=(generalization, omega_weights, methods))
+    analyses=(generalization, omega_weights, methods, strata))
