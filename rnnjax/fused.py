@@ -132,7 +132,7 @@ def _live_steps(steps: int, alive: jax.Array | None, unroll: int) -> Any:
   ``unroll`` > 1, which needs a static trip count)."""
   if alive is None or unroll > 1:
     return steps
-  return jnp.sum(jnp.any(alive, axis=(1, 2)), dtype=jnp.int32)
+  return jnp.sum(jnp.any(alive, axis=(1, 2)))  # int64 under x64, as the loop's other indices
 
 
 def _states(phi: Callable[[jax.Array], jax.Array], unroll: int, axis: int, w_hh: jax.Array,
