@@ -1,6 +1,6 @@
 """The small models' update: through the run harness, bare, and against a FLOP floor.
 
-  python -m benchmarks.small_models [--quick] [--rows=a,b,c,d,e] [--steps=1000]
+  python -m benchmarks.small_models [--quick] [--rows=a,b,c,d,e] [--harness_steps=1000]
       [--bare_updates=200] [--repeats=5] [--output=docs/results/speed/small_models.md]
 
 The rows (each config file's get_config(), seed 0; the overrides named):
@@ -51,7 +51,7 @@ Columns, each in ms per run-update (a group's step time divided by its runs):
   fixed s  a run's seconds outside its training steps, timing.json total - train_steps
            (task = data and model, setup, compile, metrics, checkpoint, report; for a
            group the shared phases divided by its runs plus a run's own report), at
-           ``--steps`` steps (1,000; --quick: fewer, said in the heading).
+           ``--harness_steps`` steps (1,000; --quick: fewer, said in the heading).
 
 Below the table, ``padding_row``: the fused layer's forward and backward on a batch of length
 60 padded to T = 199 against the same batch cut to 60 (its loops run to the longest length).
@@ -112,8 +112,8 @@ COLUMNS = ('config', 'harness ms/update', 'bare ms/update', 'floor ms/update', '
 _QUICK = flags.DEFINE_bool('quick', False, f'A few minutes in all: {QUICK[0]} harness steps, '
                            f'{QUICK[1]} bare updates x {QUICK[2]} repeats.')
 _ROWS = flags.DEFINE_list('rows', list(ROWS), f'Rows to measure, of {list(ROWS)}.')
-_STEPS = flags.DEFINE_integer('steps', 1000, 'Harness steps of a run (fixed s is at these).',
-                              lower_bound=2)
+_STEPS = flags.DEFINE_integer('harness_steps', 1000,
+                              'Harness steps of a run (fixed s is at these).', lower_bound=2)
 _BARE = flags.DEFINE_integer('bare_updates', 200, 'Updates in one bare scan.', lower_bound=1)
 _REPEATS = flags.DEFINE_integer('repeats', 5, 'Timed bare scans (the median).', lower_bound=1)
 _GEMM_CALLS = flags.DEFINE_integer('gemm_calls', 50, 'Timed GEMM calls (the fastest).',
