@@ -12,7 +12,8 @@ from jax.typing import ArrayLike
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ['compute_dtype', 'in_params_dtype', 'precise_dtype', 'cast_floating', 'check_floating']
+__all__ = ['compute_dtype', 'in_params_dtype', 'precise_dtype', 'cast_floating', 'check_floating',
+           'floating_dtype']
 
 PyTree = Any  # a pytree of arrays
 
