@@ -68,7 +68,6 @@ def tmpfs_disk(tmp_path):
 @pytest.fixture(autouse=True, scope='module')
 def _fresh_compilation_caches():
   """Each test module starts with JAX's in-memory caches of compiled programs cleared: one
-  process runs every module, and CI's pytest grew to 5 GB and ended in a segmentation fault
-  at 98%."""
+  process runs every module, and its memory would otherwise grow with every program."""
   jax.clear_caches()
   yield

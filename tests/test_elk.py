@@ -271,9 +271,7 @@ def test_certified_states_are_float64s_where_the_float32_scan_is_not():
   np.testing.assert_array_equal(info['converged'], True)
   real = distance(states)
   assert real.max() <= 1e-6, real
-  # measured within 2% and 40% on an AVX-512 CPU; on one without it a sequence's error of
-  # 1.9e-8 was estimated as 3.7e-8: below float32's resolution (eps / 2 = 6e-8) the float32
-  # estimate cannot tell them apart
+  # below float32's resolution (eps / 2 = 6e-8) a float32 estimate cannot tell errors apart
   np.testing.assert_allclose(info['error'], real, rtol=0.5, atol=np.finfo(np.float32).eps / 2)
   for other in (mapped, differentiated):
     np.testing.assert_array_equal(other['error'].ravel(), info['error'])
