@@ -71,21 +71,20 @@ def network_runs(results: pathlib.Path) -> list[dict]:
 
 
 def refitted_rate(row: dict) -> float:
-  """exp of the least-squares slope of log ratio over k in ``REFIT`` (NaN where one is 0)."""
+  """The study's ``fitted_rate`` over k in ``REFIT`` only (NaN where one ratio is 0)."""
   ratios = [_number(row[f'ratio_k{k}']) for k in REFIT]
   if min(ratios) <= 0:
     return math.nan
-  return math.exp(np.polyfit(REFIT, np.log(ratios), 1)[0])
+  return gradient_norms.fitted_rate(dict(zip(REFIT, ratios)))
 
 
 def config_of(row: dict):
   """The run's config (the experiment's defaults with the row's swept values)."""
-  config = gradient_norms.EXPERIMENT.config(
+  return gradient_norms.EXPERIMENT.config(
       protocol='network', spectral_radius=float(row['spectral_radius']),
       hidden_size=int(row['hidden_size']), dtype=row['dtype'],
       sequences=int(row['sequences']), input_scale=float(row['input_scale']),
       seed=int(row['seed']))
-  return config
 
 
 @jax.jit
@@ -147,6 +146,7 @@ def offsets(rows: list[dict]) -> list[dict]:
         'offset': rate / mean_field - 1, 'refitted offset': refitted_rate(row) / mean_field - 1,
         'scale ratio': ratios[size, seed],
         'effective offset': rate / gradient_tables.mean_field_rate(effective, q_effective) - 1,
+        # mean_field_rate(1, q)^2 = E[tanh'(sqrt(q) z)^2]
         'derivative offset': derivative / (gradient_tables.mean_field_rate(1.0, q_rho) ** 2) - 1,
         'effective derivative offset': derivative / (
             gradient_tables.mean_field_rate(1.0, q_effective) ** 2) - 1})
