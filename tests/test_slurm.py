@@ -107,7 +107,7 @@ def job_ids():
 
 
 def test_a_requeued_job_resumes_from_its_checkpoint(tmp_path, shared_data_dir):
-  config = config_file(tmp_path, 20000, 250, (0.9,))
+  config = config_file(tmp_path, 20000, 1000, (0.9,))
   whole = sweep(config, tmp_path / 'whole')
   _, errors = whole.communicate(timeout=900)
   assert whole.returncode == 0, errors
@@ -141,7 +141,7 @@ def test_a_requeued_group_resumes_as_a_unit_and_ends_bit_equal(tmp_path, shared_
   """Two runs vmapped into one Slurm job, requeued while they train: the job resumes the group
   from its runs' newest common checkpoint, and both runs end bit-equal to the same sweep run
   locally without a stop (one group of two in both: ``groups.json``)."""
-  config = config_file(tmp_path, 20000, 250, (0.9, 1.1))
+  config = config_file(tmp_path, 20000, 1000, (0.9, 1.1))
   whole = sweep(config, tmp_path / 'whole', '--processes=1')
   _, errors = whole.communicate(timeout=900)
   assert whole.returncode == 0, errors

@@ -305,9 +305,9 @@ TINY_RUN = dict(hidden_size=8, embedding_size=4, batch_size=4, truncation=8, ste
 
 
 def test_no_module_holds_a_cache_of_programs():
-  """A worker's memory stays flat from job to job: compiled programs belong to the
-  ``trainer.Programs`` a job holds and drops, and JAX's own caches are cleared after
-  each job (``job.serve``); no module of the library keeps a cache of its own."""
+  """A worker's memory stays bounded from job to job: compiled programs belong to the
+  ``trainer.Programs`` a job holds and drops, and JAX's own caches are cleared before a job of
+  another program (``job.serve``); no module of the library keeps a cache of its own."""
   import importlib
   import pkgutil
   import rnnjax
@@ -322,6 +322,26 @@ def job_of(tmp_path, name, **values):
   return {'id': name, 'experiment': char_lm.EXPERIMENT.name, 'overwrite': 'none',
           'result': str(tmp_path / f'{name}.result.json'),
           'runs': [{'folder': str(tmp_path / name), 'config': experiment.as_dict(config)}]}
+
+
+def test_a_worker_keeps_jax_caches_only_between_jobs_of_one_program(tmp_path, monkeypatch):
+  """``job.serve`` clears JAX's caches before its first job and before each job whose program
+  (experiment and group key) differs from the last one's: another seed or learning rate keeps
+  them, another hidden size or an experiment that does not load clears them."""
+  import io
+  from rnnjax.train import job
+  calls = []
+  monkeypatch.setattr(job, 'setup_process', lambda: [])
+  monkeypatch.setattr(job.jax, 'clear_caches', lambda: calls.append('clear'))
+  monkeypatch.setattr(job, 'run_job', lambda one, *args, **kwargs: calls.append(one['id']) or {
+      'id': one['id'], 'exit': 'ok', 'runs': []})
+  jobs = [job_of(tmp_path, 'a', seed=0), job_of(tmp_path, 'b', seed=1),
+          job_of(tmp_path, 'c', seed=2, learning_rate=0.5), job_of(tmp_path, 'd', hidden_size=9),
+          job_of(tmp_path, 'e', hidden_size=9), dict(job_of(tmp_path, 'f'), experiment='nowhere'),
+          dict(job_of(tmp_path, 'g'), experiment='nowhere'), job_of(tmp_path, 'h', hidden_size=9)]
+  assert job.serve([json.dumps(one) for one in jobs], io.BytesIO()) == 0
+  assert calls == ['clear', 'a', 'b', 'c', 'clear', 'd', 'e', 'clear', 'f', 'clear', 'g',
+                   'clear', 'h']
 
 
 def test_a_worker_signalled_after_a_job_takes_no_other(tmp_path, shared_data_dir):
@@ -765,11 +785,3 @@ def test_a_sweep_of_2000_runs_costs_what_20_do_a_run(sweeps_of_one_step_runs):
                                 == 1 for path in named)
 
 
-@pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason='128 to 152 KiB a run (266 MB): the run files and the '
-                   'orbax checkpoint layout that tests pin take 32 or more blocks of 4 KiB')
-def test_a_sweep_of_2000_one_step_runs_takes_under_200_mb(sweeps_of_one_step_runs):
-  """2,000 one-step runs in under 200 MB of disk: not met yet (the reason above), so this
-  test turns into a failure the day it is."""
-  workdir, _ = sweeps_of_one_step_runs[2000]
-  assert disk_usage(workdir) < 200e6

@@ -239,8 +239,8 @@ def locate(config: ml_collections.ConfigDict, name: str) -> tuple:
   """
   holder, parts = config, name.split('.')
   for depth, part in enumerate(parts):
-    fields = list(holder.keys()) if isinstance(holder, ml_collections.ConfigDict) else []
-    if part not in fields:
+    if not (isinstance(holder, ml_collections.ConfigDict) and part in holder):
+      fields = list(holder.keys()) if isinstance(holder, ml_collections.ConfigDict) else []
       close = difflib.get_close_matches(part, fields, n=1)
       hint = (f' (config.{".".join(parts[:depth])} is {holder!r}, which has no fields)'
               if not isinstance(holder, ml_collections.ConfigDict)
