@@ -42,6 +42,8 @@ STUDIES = {
     'long_range': ('long_range.py', (), 'results_over_seeds.md'),
     'adding_irnn': ('adding_irnn.py', ('--max_group_size=1',), 'results_over_seeds.md'),
     'temporal_order': ('temporal_order.py', ('--max_group_size=1',), 'results_over_seeds.md'),
+    'temporal_order_to_200': ('temporal_order_to_200.py', ('--max_group_size=1',),
+                              'results_over_seeds.md'),
     'temporal_order_generalization': ('temporal_order_generalization.py', (),
                                       'generalization.md'),
     'temporal_order_omega': ('temporal_order_omega.py', ('--max_group_size=1',),
