@@ -51,7 +51,13 @@ Columns, each in ms per run-update (a group's step time divided by its runs):
   fixed s  a run's seconds outside its training steps, timing.json total - train_steps
            (task = data and model, setup, compile, metrics, checkpoint, report; for a
            group the shared phases divided by its runs plus a run's own report), at
-           ``--harness_steps`` steps (1,000; --quick: fewer, said in the heading).
+           ``--harness_steps`` steps (1,000; --quick: fewer, said in the heading), with
+           every program compiled anew (JAX's persistent cache empty).
+  warm s   the same for a second run of the same configs (``WARM_STEPS`` steps) after
+           JAX's in-memory caches are cleared: its programs read from the persistent
+           compilation cache that the first filled, as a run reads them in a new process
+           (a rerun, a sweep's worker after a job of another program); the task is loaded
+           anew (its phase counts).
 
 Below the table, ``padding_row``: the fused layer's forward and backward on a batch of length
 60 padded to T = 199 against the same batch cut to 60 (its loops run to the longest length).
@@ -60,9 +66,10 @@ Everything runs on one core: the process pins itself to one (``os.sched_setaffin
 ``--core``; as launch.sweep's local workers, one a core) and starts XLA single-threaded
 (``XLA_FLAGS=--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1``), by
 re-executing itself before JAX starts (--nopin: as started). JAX's persistent compilation
-cache is off (compile seconds are a cold start's). Prints a Markdown table under a heading
-line (commit, date, jax version, host) and writes both to ``--output``. --quick: every row
-in a few minutes (fewer steps, updates and repeats; the numbers noisier).
+cache is a fresh temporary folder (a row's first run compiles, its second reads). Prints a
+Markdown table under a heading line (commit, date, jax version, host) and writes both to
+``--output``. --quick: every row in a few minutes (fewer steps, updates and repeats; the
+numbers noisier).
 """
 
 import os
@@ -107,7 +114,8 @@ QUICK = (40, 20, 3, 20)
 QUICK_REPORTS = {'a': {'test_size': 1000}, 'b': {'test_size': 1000},
                  'd': {'max_eval_chars': 20_000}}
 COLUMNS = ('config', 'harness ms/update', 'bare ms/update', 'floor ms/update', 'harness/bare',
-           'bare/floor', 'fixed s')
+           'bare/floor', 'fixed s', 'warm s')
+WARM_STEPS = 20  # steps of the second, warm-cache run of a row
 
 _QUICK = flags.DEFINE_bool('quick', False, f'A few minutes in all: {QUICK[0]} harness steps, '
                            f'{QUICK[1]} bare updates x {QUICK[2]} repeats.')
@@ -322,6 +330,8 @@ def measure_row(name: str, steps: int, updates: int, repeats: int, rate: float,
     return loaded[0]
 
   harness = harness_row(dataclasses.replace(kind, task=task_once), configs, steps)
+  jax.clear_caches()
+  warm = harness_row(kind, configs, min(WARM_STEPS, steps))
   task = loaded[0]
   bare = bare_row(task, configs, updates, repeats)
   params = task.init(configs[0], jax.random.key(0))
@@ -331,6 +341,7 @@ def measure_row(name: str, steps: int, updates: int, repeats: int, rate: float,
   return {'config': label, 'harness ms/update': harness['ms'], 'bare ms/update': bare['ms'],
           'floor ms/update': floor, 'harness/bare': harness['ms'] / bare['ms'],
           'bare/floor': bare['ms'] / floor, 'fixed s': harness['fixed'],
+          'warm s': warm['fixed'], 'warm seconds': warm['seconds'],
           'runs': len(configs), 'steps': harness['steps'], 'seconds': harness['seconds'],
           'group fixed': harness['group fixed'], 'length': length, 'flops': flops,
           'bare compile': bare['compile']}
@@ -385,6 +396,9 @@ def main(argv):
   from rnnjax.train import sweep
   logging.set_verbosity(logging.WARNING)  # not the trainer's lines
   job.keep_freed_memory()  # as a worker does
+  jax.config.update('jax_compilation_cache_dir', tempfile.mkdtemp(prefix='small_models_xla_'))
+  jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
+  jax.config.update('jax_persistent_cache_min_entry_size_bytes', 0)
   steps, updates, repeats, calls = (QUICK if _QUICK.value else
                                     (_STEPS.value, _BARE.value, _REPEATS.value, _GEMM_CALLS.value))
   where = sweep.provenance()
@@ -394,7 +408,9 @@ def main(argv):
   smaller = (f'--quick: reports smaller ({", ".join(f"{k}: {v}" for k, v in QUICK_REPORTS.items())}'
              '), fixed s not that of the configs; ' if _QUICK.value else '')
   heading = (f'Small models, one update ({smaller}{steps} harness steps a run, fixed s at '
-             f'{steps} steps; bare: {updates} updates a scan, median of {repeats}): commit {where["commit"]}, {where["date"]}, jax {jax.__version__}, '
+             f'{steps} steps, warm s at {min(WARM_STEPS, steps)}; bare: {updates} updates a '
+             f'scan, median of {repeats}): commit {where["commit"]}, {where["date"]}, jax '
+             f'{jax.__version__}, '
              f'host {where["host"]}, core(s) {cores}, XLA_FLAGS '
              f'"{os.environ.get("XLA_FLAGS", "")}"; float32 GEMM [{GEMM_SIZE}]^2 '
              f'{rate / 1e9:.1f} GFLOP/s; load average '
@@ -406,7 +422,8 @@ def main(argv):
     rows.append(row)
     notes.append(f'{name}: {row["runs"]} run(s), {row["steps"]} steps, T counted '
                  f'{row["length"]:.1f}, {row["flops"] / 1e6:.1f} MFLOP a run-update; '
-                 f'timing.json (run 0) {_phases(row["seconds"])}; the group\'s fixed '
+                 f'timing.json (run 0) {_phases(row["seconds"])}; warm '
+                 f'{_phases(row["warm seconds"])}; the group\'s fixed '
                  f'{row["group fixed"]:.1f} s; bare compile + first call '
                  f'{row["bare compile"]:.1f} s')
     print(f'- {notes[-1]}', flush=True)
