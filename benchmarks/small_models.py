@@ -84,7 +84,7 @@ from absl import flags
 from absl import logging
 
 __all__ = ['ROWS', 'QUICK', 'update_flops', 'row_flops', 'markdown', 'single_core_env',
-           'gemm_rate', 'harness_row', 'bare_row', 'measure_row']
+           'generalization_budget', 'gemm_rate', 'harness_row', 'bare_row', 'measure_row']
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PINNED = 'RNNJAX_SMALL_MODELS_PINNED'  # set in the re-executed process
@@ -375,6 +375,23 @@ def padding_row(rounds: int, calls: int = 20) -> dict:
   return {'padded': padded_ms, 'cut': cut_ms, 'ratio': padded_ms / cut_ms}
 
 
+GENERALIZATION = (5, 1_000_000)  # seeds, updates: the generalization study at the budget asked
+STUDY_FIGURE = (3.67, 10, 100_000)  # its own run hours, runs and updates a run (generalization.md)
+
+
+def generalization_budget(ms: float, fixed: float) -> str:
+  """The generalization study's run hours at ``GENERALIZATION`` from row a's harness ms a
+  run-update and fixed seconds a run, against its own figure (``STUDY_FIGURE``) scaled."""
+  seeds, updates = GENERALIZATION
+  hours = seeds * (updates * ms / 1e3 + fixed) / 3600
+  study_hours, study_runs, study_updates = STUDY_FIGURE
+  scaled = study_hours / (study_runs * study_updates) * seeds * updates
+  return (f'Generalization (row a) at {updates:,} updates x {seeds} seeds: {hours:.3g} run hours '
+          f'at this row\'s harness ms/update, against {scaled:.3g} from the study\'s own '
+          f'{study_hours} run hours for {study_runs} runs of {study_updates:,} updates '
+          f'({scaled / hours:.2f}x)')
+
+
 def _phases(seconds: dict) -> str:
   return ', '.join(f'{k} {v:.1f}' for k, v in seconds.items())
 
@@ -432,6 +449,9 @@ def main(argv):
   table += ('\n\nPadding (the fused layer\'s forward and backward, B 20, d 6, H 50): a batch of '
             f'length 60 padded to T = 199 {padding["padded"]:.3g} ms, the same batch cut to 60 '
             f'{padding["cut"]:.3g} ms: padded / cut {padding["ratio"]:.2f}')
+  for row, name in zip(rows, _ROWS.value):
+    if name == 'a':
+      table += '\n\n' + generalization_budget(row['harness ms/update'], row['fixed s'])
   tail = (f'{time.perf_counter() - began:.0f} s in all; load average '
           f'{" ".join(f"{v:.2f}" for v in os.getloadavg())} at the end')
   print()
