@@ -76,6 +76,6 @@ def _fresh_compilation_caches():
 def pytest_collection_modifyitems(config, items):
   """The slow tests first, each group in its own order: with one worker a core (pytest-xdist),
   the longest tests start early instead of keeping one worker busy while the others idle at
-  the end (a 2,000-run sweep collected late ran alone for its last minutes)."""
+  the end."""
   del config
   items.sort(key=lambda item: item.get_closest_marker('slow') is None)

@@ -169,8 +169,9 @@ def _loops(jaxpr) -> list[str]:
 
 @pytest.mark.parametrize('activation', ['tanh', 'relu', 'linear'])
 def test_the_forward_loop_copies_no_whole_buffer(activation):
-  """The compiled forward holds no copy of a [B, T, H] buffer: with a cheap activation the loop
-  once read and wrote one buffer in place, and XLA copied it whole twice a step."""
+  """The compiled forward holds no copy of a [B, T, H] buffer, whatever the activation (a loop
+  that reads and writes one buffer in place, with a cheap activation, makes XLA copy it whole
+  twice a step)."""
   params = cells.init_elman(jax.random.key(0), 2, 8, 'gaussian', radius=0.9)
   layer = jax.jit(lambda p, x: fused.elman_layer(p, x, activation=activation)[1])
   text = layer.lower(params, jnp.ones((3, 40, 2))).compile().as_text()

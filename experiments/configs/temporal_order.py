@@ -41,9 +41,15 @@ def get_config():
   return temporal_order.EXPERIMENT.config(steps=STEPS, solved_every=1000, log_every=1000)
 
 
-def get_sweep():
-  """T x method x init x seed: 60 runs, each a dict of config overrides."""
+def runs(lengths, methods) -> list[dict]:
+  """lengths x methods (names of ``METHODS``) x ``INITS`` x ``SEEDS`` seeds, each a dict of
+  config overrides."""
   return [{'length': length, 'method': method, 'clipping': METHODS[method][0],
            'omega_weight': METHODS[method][1], 'init': init, 'seed': seed}
           for length, method, init, seed
-          in itertools.product(LENGTHS, METHODS, INITS, range(SEEDS))]
+          in itertools.product(lengths, methods, INITS, range(SEEDS))]
+
+
+def get_sweep():
+  """T x method x init x seed: 60 runs."""
+  return runs(LENGTHS, METHODS)

@@ -250,8 +250,8 @@ def serve(jobs: Iterable[str], events: BinaryIO) -> int:
 
   JAX's in-memory caches (traces, compiled programs) are kept from one job to the next of the
   same ``_program`` (a sweep's groups: the next job's setup, compile and report take a fraction
-  of the first's) and cleared before a job of another (each program's executables would stay:
-  about 45 MB a program measured for a tiny char_lm)."""
+  of the first's) and cleared before a job of another, whose executables would otherwise stay
+  in memory beside the new ones."""
   received = setup_process()
   last, kept = [0.0], None  # kept: the program whose caches this process holds
 
