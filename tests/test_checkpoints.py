@@ -106,6 +106,54 @@ def test_a_step_saved_again_with_other_values_moves_the_old_one_aside(tmp_path):
   assert (aside / 'checksum' / 'metadata').exists()  # moved, not deleted
 
 
+def test_a_manager_whose_steps_were_moved_aside_elsewhere_keeps_the_folders_steps(tmp_path):
+  """A manager reloads its steps only when they are not the folder's: here step 20 was moved
+  aside behind its back (as a group's resume moves an unused step), and its save of 30 keeps
+  10 (without the reload it would delete 10 and count the missing 20 as kept)."""
+  folder = tmp_path / 'run'
+  folder.mkdir()
+  manager = checkpoints.manager(folder)
+  for step in (10, 20):
+    assert checkpoints.save(manager, step, state(step))
+  checkpoints._move_aside(folder, 20, 'unused')
+  assert checkpoints.save(manager, 30, state(30))
+  manager.close()
+  assert checkpoints.saved_steps(folder) == [10, 30]
+
+
+def test_a_save_logs_orbaxs_info_lines_only_when_debugging_and_keeps_its_threads(tmp_path):
+  """At absl's verbosity INFO (a worker's default, which shows no library's INFO) orbax's
+  INFO records of a save are not made, and the verbosity is INFO again after it; at DEBUG they
+  are. Saves after the first start no thread of ``to_thread`` anew."""
+  import logging
+  import threading
+  from absl import logging as absl_logging
+  made = []
+  handler = logging.Handler()
+  handler.emit = made.append
+  logging.getLogger('absl').addHandler(handler)
+  before = absl_logging.get_verbosity()
+  folder = tmp_path / 'run'
+  folder.mkdir()
+  manager = checkpoints.manager(folder)
+  try:
+    for verbosity, steps in ((absl_logging.INFO, (1, 2, 3)), (absl_logging.DEBUG, (4,))):
+      absl_logging.set_verbosity(verbosity)
+      del made[:]
+      for step in steps:
+        threads = {thread.ident for thread in threading.enumerate()}
+        assert checkpoints.save(manager, step, state(step))
+      assert absl_logging.get_verbosity() == verbosity
+      orbax_info = [r for r in made if r.levelno == logging.INFO and 'orbax' in r.pathname]
+      assert bool(orbax_info) == (verbosity == absl_logging.DEBUG), orbax_info[:3]
+      new = {t.name for t in threading.enumerate() if t.ident not in threads}
+      assert not {name for name in new if name.startswith('asyncio_')}, new
+  finally:
+    manager.close()
+    absl_logging.set_verbosity(before)
+    logging.getLogger('absl').removeHandler(handler)
+
+
 def test_a_flipped_bit_in_an_array_chunk_falls_back_to_the_older_step(tmp_path, caplog):
   folder = saved_run(tmp_path / 'run')
   path = data_file(folder, 20)

@@ -64,12 +64,13 @@ def final_params(folder):
 @pytest.mark.parametrize('arguments', [CHAR_LM, CLASSIFY], ids=['char_lm', 'classify'])
 def test_a_run_killed_after_its_second_checkpoint_resumes_exactly(tmp_path, shared_data_dir,
                                                                   arguments):
+  arguments = [*arguments, '--config.checkpoint_every=250']  # an orbax save: 100 steps' time
   whole = tmp_path / 'whole'
   code, _, stderr = run(arguments, whole)
   assert code == 0, stderr
   cut = tmp_path / 'cut'
   process = launch(arguments, cut, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-  second = cut / 'checkpoint' / '50' / '_CHECKPOINT_METADATA'
+  second = cut / 'checkpoint' / '500' / '_CHECKPOINT_METADATA'
   deadline = time.time() + 300
   while not second.exists() and process.poll() is None and time.time() < deadline:
     time.sleep(0.01)

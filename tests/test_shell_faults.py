@@ -218,7 +218,8 @@ def test_a_stopped_worker_is_named_and_killed_and_the_others_finish(tmp_path):
   workdir = tmp_path / 'sweep'
   launcher = subprocess.Popen([SWEEP, '--config=my_config.py', f'--workdir={workdir}',
                                '--max_group_size=1', '--processes=1', '--stall_minutes=0.1',
-                               '--config.steps=4000'], cwd=folder, stdout=subprocess.PIPE,
+                               '--config.steps=4000', '--config.checkpoint_every=100'],
+                              cwd=folder, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
   first = workdir / 'label=one'
   deadline = time.time() + 300

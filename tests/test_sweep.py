@@ -27,15 +27,16 @@ from experiments.configs.char_lm import get_config
 
 def get_sweep():
   fixed = dict(hidden_size=8, embedding_size=4, batch_size=4, truncation=8, steps=STEPS,
-               log_every=10, checkpoint_every=10, sample_length=5)
+               log_every=10, checkpoint_every=CHECKPOINT_EVERY, sample_length=5)
   return [dict(fixed, spectral_radius=0.5), dict(fixed, spectral_radius=1.5),
           dict(fixed, spectral_radius=RADIUS)]
 '''
 
 
-def write_config(tmp_path, steps=30, radius=-1.0, name='tiny.py'):
+def write_config(tmp_path, steps=30, radius=-1.0, name='tiny.py', checkpoint_every=10):
   path = tmp_path / name
-  path.write_text(TINY_CONFIG.replace('STEPS', str(steps)).replace('RADIUS', str(radius)))
+  path.write_text(TINY_CONFIG.replace('STEPS', str(steps)).replace('RADIUS', str(radius))
+                  .replace('CHECKPOINT_EVERY', str(checkpoint_every)))
   return path
 
 
@@ -229,10 +230,11 @@ def test_a_second_launcher_on_a_locked_sweep_exits_naming_the_holder(tmp_path,
 @pytest.mark.slow
 def test_after_sigkill_of_the_launcher_a_relaunch_trains_no_run_twice(tmp_path,
                                                                       shared_data_dir):
-  config = write_config(tmp_path, steps=3000, radius=1.0)
+  # a checkpoint every 100 steps (an orbax save costs about 100 steps of this model)
+  config = write_config(tmp_path, steps=3000, radius=1.0, checkpoint_every=100)
   workdir = tmp_path / 'sweep'
   first = launch(config, workdir)
-  wait_until(lambda: all(len(metrics_steps(workdir / f'spectral_radius={r}')) >= 3
+  wait_until(lambda: all(checkpoints.saved_steps(workdir / f'spectral_radius={r}')
                          for r in (0.5, 1.5, 1.0)), 300)
   first.send_signal(signal.SIGKILL)
   first.communicate()
@@ -476,7 +478,7 @@ def test_a_sweep_whose_runs_all_fail_exits_non_zero_with_each_reason(tmp_path):
 
 def test_a_misspelt_sweep_key_is_an_error_before_any_run(tmp_path):
   config = tmp_path / 'typo.py'
-  config.write_text(TINY_CONFIG.replace('STEPS', '3').replace('RADIUS', '1.0').replace(
+  config.write_text(write_config(tmp_path, steps=3, radius=1.0).read_text().replace(
       'spectral_radius=1.5', 'spectral_radus=1.5'))
   code, _, errors = run_sweep(config, tmp_path / 'sweep')
   assert code == 1

@@ -13,6 +13,7 @@ References: orbax's CheckpointManager; TensorStore's OCDBT format
 """
 
 import asyncio
+import concurrent.futures
 import contextlib
 import errno
 import functools
@@ -120,9 +121,21 @@ def _classify(error: BaseException, path: pathlib.Path, step: int | None, doing:
                  f'({text})', path, step, 'undecodable') if folder else error
 
 
+class _Threads(concurrent.futures.ThreadPoolExecutor):
+  """The threads of every ``_Loop``'s ``to_thread`` calls, kept: a loop's own default executor
+  would start its threads anew for each of orbax's calls (a tenth of a save's time)."""
+
+  def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+    del wait, cancel_futures  # a loop's close; the threads end with the process
+
+
+_THREADS = _Threads(thread_name_prefix='rnnjax-checkpoints')
+
+
 class _Loop(asyncio.SelectorEventLoop):
   """Closes once the reads still running after one failed are done (else they report to a
-  closed loop, 'Event loop is closed', and hold their files open)."""
+  closed loop, 'Event loop is closed', and hold their files open); its ``to_thread`` calls run
+  on ``_THREADS``."""
 
   def __init__(self) -> None:
     selector = selectors.DefaultSelector()
@@ -132,6 +145,7 @@ class _Loop(asyncio.SelectorEventLoop):
       selector.close()
       self._closed = True
       raise
+    self.set_default_executor(_THREADS)
 
   def close(self) -> None:
     pending = [task for task in asyncio.all_tasks(self) if not task.done()]
@@ -142,14 +156,22 @@ class _Loop(asyncio.SelectorEventLoop):
 
 @contextlib.contextmanager
 def _draining() -> Iterator[None]:
-  """Orbax's calls within (it makes an event loop per call) run on ``_Loop``s."""
+  """Orbax's calls within (it makes an event loop per call) run on ``_Loop``s, and log their
+  warnings and errors only, unless absl's verbosity is above INFO (``-v 1``: debugging): a
+  worker shows no library's INFO at verbosity 0 (``job.setup_process``), and making the records
+  of orbax's a dozen INFO lines a save costs a tenth of its time."""
   policy = asyncio.get_event_loop_policy()
   asyncio.set_event_loop_policy(type('Policy', (type(policy),),
                                      {'new_event_loop': lambda self: _Loop()})())
+  level = logging.get_verbosity()
+  if level == logging.INFO:
+    logging.set_verbosity(logging.WARNING)
   try:
     yield
   finally:
     asyncio.set_event_loop_policy(policy)
+    if level == logging.INFO:
+      logging.set_verbosity(level)
 
 
 class _Rename(ocp.path.atomicity.AtomicRenameTemporaryPath):
@@ -222,7 +244,8 @@ def save(checkpoint_manager: ocp.CheckpointManager, step: int, state: Any) -> bo
     multihost_utils.sync_global_devices('rnnjax.checkpoints.save')
   try:
     with _draining():
-      checkpoint_manager.reload()  # forgets the steps moved aside
+      if sorted(checkpoint_manager.all_steps()) != saved_steps(folder):
+        checkpoint_manager.reload()  # forgets the steps moved aside, here or by another process
       return bool(checkpoint_manager.save(step, force=True, args=ocp.args.Composite(
           state=ocp.args.StandardSave(state), checksum=ocp.args.JsonSave(record))))
   except Exception as error:  # pylint: disable=broad-exception-caught
