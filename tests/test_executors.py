@@ -69,7 +69,7 @@ def task_pids(folder):
 @pytest.mark.slow
 def test_kill_9_of_a_ray_worker_and_a_rerun_equal_an_uninterrupted_sweep(
     tmp_path, shared_data_dir, ray_address):
-  config = write_config(tmp_path, steps=400)
+  config = write_config(tmp_path, steps=400, checkpoint_every=50)
   assert run_sweep(config, tmp_path / 'whole')[0] == 1  # local workers; one run is refused
   on_ray = ('--executor=ray', f'--ray.address={ray_address}')
   process = launch(config, tmp_path / 'ray', *on_ray, '--ray.max_retries=0')

@@ -271,7 +271,7 @@ def test_a_worker_runs_its_cores_jobs_and_one_killed_takes_only_its_job(tmp_path
   """One process, runs one a job: one worker trains them one after another. Killed -9
   in the first job, that job fails with the signal named, the next jobs run on a new
   worker, and a relaunch resumes the killed run from its checkpoint."""
-  config = write_config(tmp_path, steps=400, radius=1.0)
+  config = write_config(tmp_path, steps=400, radius=1.0, checkpoint_every=50)
   workdir = tmp_path / 'sweep'
   process = launch(config, workdir, '--processes=1', '--max_group_size=1')
   deadline = time.time() + 300
