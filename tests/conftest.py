@@ -7,6 +7,12 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
+from rnnjax.train import job  # noqa: E402
+
+# The tests' own programs in the cache their runs use: a program compiled again (by another
+# test module, after its caches were cleared, or by a run) is read back, not compiled.
+job.use_compilation_cache()
+
 # Strict dtype promotion is not used: optax's own Adam (bias correction, a
 # Python float to an int32 power) fails under it.
 

@@ -41,7 +41,7 @@ from rnnjax.train import harness
 from rnnjax.train import run_folder
 from rnnjax.train import trainer
 
-__all__ = ['setup_process', 'keep_freed_memory', 'run_job', 'failure', 'serve', 'LIBRARIES']
+__all__ = ['setup_process', 'keep_freed_memory', 'use_compilation_cache', 'run_job', 'failure', 'serve', 'LIBRARIES']
 
 LIBRARIES = ('orbax', 'absl', 'jax', 'jaxlib', 'flax', 'tensorstore')
 """The packages whose INFO lines a job's logs leave out (below ``--verbosity=1``)."""
@@ -77,6 +77,19 @@ def keep_freed_memory() -> bool:
   ))
 
 
+def use_compilation_cache() -> str:
+  """Turns on JAX's persistent compilation cache, every program kept however fast it compiled,
+  in ``$RNNJAX_COMPILATION_CACHE`` (default ``~/.cache/rnnjax/xla``; empty: off). Call it before
+  the process compiles anything. Returns the folder ('' when off)."""
+  cache = os.environ.get('RNNJAX_COMPILATION_CACHE',
+                         str(pathlib.Path.home() / '.cache' / 'rnnjax' / 'xla'))
+  if cache:
+    jax.config.update('jax_compilation_cache_dir', cache)
+    jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
+    jax.config.update('jax_persistent_cache_min_entry_size_bytes', 0)
+  return cache
+
+
 def _initialize_distributed() -> None:
   """Joins ``jax.distributed`` by ``DISTRIBUTED_VARIABLES`` or Slurm's (ValueError: a bad set)."""
   given = {name: os.environ.get(name, '') for name in DISTRIBUTED_VARIABLES}
@@ -98,8 +111,7 @@ def _initialize_distributed() -> None:
 def setup_process(signals: Sequence[int] = (*executors.STOP_SIGNALS, signal.SIGUSR2),
                   verbosity: int = 0, received: list[int] | None = None) -> list[int]:
   """What a process that runs jobs does once: logs at ``verbosity`` (module docstring),
-  ``keep_freed_memory``, turns on JAX's persistent compilation cache in
-  ``$RNNJAX_COMPILATION_CACHE`` (default ``~/.cache/rnnjax/xla``; empty: off), joins
+  ``keep_freed_memory``, ``use_compilation_cache``, joins
   ``jax.distributed`` as one of several processes, makes ``signals`` requests to stop, and
   ignores SIGXFSZ, so that a write past a file-size limit (``ulimit -f``) fails with EFBIG, a
   one-line error (``failure``), instead of killing the process.
@@ -119,12 +131,7 @@ def setup_process(signals: Sequence[int] = (*executors.STOP_SIGNALS, signal.SIGU
       default_hook(unraisable)
   sys.unraisablehook = hook
   keep_freed_memory()
-  cache = os.environ.get('RNNJAX_COMPILATION_CACHE',
-                         str(pathlib.Path.home() / '.cache' / 'rnnjax' / 'xla'))
-  if cache:
-    jax.config.update('jax_compilation_cache_dir', cache)
-    jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
-    jax.config.update('jax_persistent_cache_min_entry_size_bytes', 0)
+  use_compilation_cache()
   received = [] if received is None else received
 
   def request_stop(signum: int, frame: Any) -> None:
