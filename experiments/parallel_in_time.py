@@ -24,9 +24,12 @@ ones counted as not converged (the states of a longer sequence are no better det
 The report: per T the lower median over the sequences of the Newton iterations to
 ``elman_deer``'s certificate (inf: not converged; absent: not measured) and the solver's own wall time (compiled
 first; under 1 s the fastest of 3); ``slope``, the least-squares slope of log iterations
-against log T over the converged lengths (NaN for fewer than 3); ``largest_lyapunov_exponent``
-(``lyapunov.lyapunov_spectrum``, nats per step, the median over the sequences) over
-``lyapunov_steps`` steps after a transient of ``lyapunov_transient``.
+against log T over the converged lengths (NaN for fewer than 3); ``log_fit_residual``, the
+relative RMS residual of the line iterations = a + c ln T over them (NaN for fewer than 4);
+``largest_lyapunov_exponent`` (``lyapunov.lyapunov_spectrum``, nats per step, the median over
+the sequences) over ``lyapunov_steps`` steps after a transient of ``lyapunov_transient``; and,
+where ``predictor_length`` is set (DEER on a fresh tanh cell), ``predictors`` along DEER's
+iterates from the zero guess.
 
 References:
   Gonzalez, Kozachkov, Warrington, Smith & Linderman (2025), "Predictability
@@ -58,6 +61,7 @@ CORPUS, VALIDATION_FRACTION = 'tinyshakespeare', 0.1  # char_lm's held-out text
 SMALLEST_DEER_CAP = 3
 REPEAT_BELOW_SECONDS = 1.0
 SLOPE_POINTS = 3  # converged lengths a slope needs
+LOG_FIT_POINTS = 4  # converged lengths the fit a + c ln T needs (two degrees of freedom left)
 REPORTED_LENGTHS = tuple(2 ** k for k in range(4, 13))  # T = 16 ... 4,096: report columns
 
 
@@ -160,6 +164,76 @@ def slope(lengths, iterations) -> float:
   return float(np.polyfit(*zip(*points), 1)[0])
 
 
+def log_fit_residual(lengths, iterations) -> float:
+  """The relative RMS residual of the least-squares line iterations = a + c ln T over the
+  finite counts (the RMS of the residuals over the mean count): 0 where the iterations grow
+  exactly like c ln T; NaN for fewer than ``LOG_FIT_POINTS`` counts."""
+  points = [(math.log(t), n) for t, n in zip(lengths, iterations) if math.isfinite(n)]
+  if len(points) < LOG_FIT_POINTS:
+    return math.nan
+  x, y = (np.asarray(v, np.float64) for v in zip(*points))
+  residual = y - np.polyval(np.polyfit(x, y, 1), x)
+  return float(np.sqrt(np.mean(residual ** 2)) / np.mean(y))
+
+
+def log_product_norms(jacobians: jax.Array) -> jax.Array:
+  """``ln ||J_1 J_2 ... J_s||_2`` for s = 1 ... T of ``<float>[T, H, H]`` Jacobians of the
+  row-vector recurrence (``dh_s = dh_{s-1} J_s``), the product renormalised each step (its
+  log scale carried apart); -inf once it is zero."""
+  def step(carry, jacobian):
+    product, log_scale = carry
+    product = product @ jacobian
+    size = jnp.max(jnp.abs(product))  # no square to overflow
+    product = product / jnp.where(size > 0, size, 1.0)
+    log_scale = log_scale + jnp.log(size)
+    return (product, log_scale), log_scale + jnp.log(jnp.linalg.norm(product, 2))
+  eye = jnp.eye(jacobians.shape[-1], dtype=jacobians.dtype)
+  return jax.lax.scan(step, (eye, jnp.zeros((), jacobians.dtype)), jacobians)[1]
+
+
+def jacobians_along(params: dict, drive: jax.Array, states: jax.Array,
+                    initial: jax.Array) -> jax.Array:
+  """The Jacobians ``J_t = W_hh diag(tanh'(a_t))`` ``<float>[T, H, H]`` of the tanh recurrence
+  at a trajectory ``states <float>[T, H]`` (not necessarily its solution: an iterate), with
+  ``a_t = drive_t + h_{t-1} W_hh`` and ``drive <float>[T, H]`` = x_t W_xh + b."""
+  previous = jnp.concatenate([initial[None], states[:-1]])
+  slope = 1.0 - jnp.tanh(drive + previous @ params['W_hh']) ** 2
+  return params['W_hh'][None] * slope[:, None, :]
+
+
+def predictors(config, params: dict, inputs: jax.Array, initial: jax.Array,
+               programs: dict) -> dict:
+  """What may predict DEER's iterations, along its iterates from the zero guess on the first
+  T = ``config.predictor_length`` steps of the first sequence: ``exponent_zero_guess``, the
+  finite-time exponent ln ||J_1 ... J_T||_2 / T at the zero guess (nats a step);
+  ``exponent_along_iterates``, its largest value over the iterates h^(0) = 0, h^(1), ... up
+  to the certified one (or ``cap``); ``largest_log_product_norm``, the largest
+  ln ||J_1 ... J_s||_2 over those iterates and s <= T; ``iterates``, how many there were."""
+  steps = config.predictor_length
+  x, h0 = inputs[:1, :steps], initial[:1]
+  drive = x[0] @ params['W_xh'] + params['b']
+  limit = cap(config, params['W_hh'].shape[0], steps) or 1
+  one_update = compiled(
+      programs, ('one_update', config.tolerance),
+      lambda p, x, h, guess: parallel.elman_deer(
+          p, x, h, method='deer', initial_guess=guess, tolerance=config.tolerance,
+          max_iterations=1), params, x, h0, jnp.zeros((1, steps, h0.shape[-1]), x.dtype))
+  iterate = jnp.zeros((1, steps, h0.shape[-1]), x.dtype)
+  norms = compiled(programs, ('norms',), lambda p, d, s, h: log_product_norms(
+      jacobians_along(p, d, s, h)), params, drive, iterate[0], h0[0])
+  exponents, largest = [], -math.inf
+  for _ in range(limit + 1):
+    logs = np.asarray(norms(params, drive, iterate[0], h0[0]))
+    exponents.append(float(logs[-1]) / steps)
+    largest = max(largest, float(np.max(logs)))
+    following, _, info = one_update(params, x, h0, iterate)
+    if int(np.asarray(info['iterations'])[0]) == 0:  # the iterate is certified: the last
+      break
+    iterate = following
+  return {'exponent_zero_guess': exponents[0], 'exponent_along_iterates': max(exponents),
+          'largest_log_product_norm': largest, 'iterates': len(exponents)}
+
+
 def compiled(programs: dict, key: tuple, function, *args):
   """The executable of ``function`` for ``args``, compiled once per ``key`` (the settings
   it closes over) and the arguments' shapes and dtypes, kept in ``programs``."""
@@ -210,14 +284,43 @@ def measure(config, programs: dict | None = None) -> dict:
       report[f'solver_seconds_T{steps}'] = seconds
       iterations.append(median)
       total += seconds
+    if (config.predictor_length and config.method == 'deer' and activation == 'tanh'
+        and not config.trained_run):
+      report.update(predictors(config, params, inputs, initial, programs))
   converged = [t for t, n in zip(config.lengths, iterations) if math.isfinite(n)]
   return dict(report, slope=slope(config.lengths[:len(iterations)], iterations),
+              log_fit_residual=log_fit_residual(config.lengths[:len(iterations)], iterations),
               solver_seconds=total,
               longest_converged=max(converged) if converged else 0)
 
 
 PREDICTABLE, UNPREDICTABLE = -0.02, 0.02  # lambda_1 bounds of the criteria (nats a step)
 FLAT, GROWING = 0.2, 0.8  # DEER's slope bounds of the criteria
+LOGARITHMIC = 0.15  # the corrected criterion 1's bound on the fit's relative RMS residual
+PREDICTORS = ('largest_lyapunov_exponent', 'exponent_zero_guess', 'exponent_along_iterates',
+              'largest_log_product_norm')
+
+
+def predictor_table(cells: list[dict], steps: int) -> list[dict]:
+  """A row a predictor over DEER's ``cells`` (run summaries that hold the predictors):
+  Spearman's rank correlation with the slope (cells with one) and with ln iterations at
+  T = ``steps`` (cells certified there), and the R^2 of the least-squares line of the latter
+  on the predictor (``scipy.stats``)."""
+  from scipy import stats
+  rows = []
+  for name in PREDICTORS:
+    sloped = [(c[name], c['slope']) for c in cells
+              if math.isfinite(c[name]) and math.isfinite(c['slope'])]
+    counted = [(c[name], math.log(c[f'iterations_T{steps}'])) for c in cells
+               if math.isfinite(c[name]) and math.isfinite(c.get(f'iterations_T{steps}', math.nan))]
+    rank = lambda pairs: float(stats.spearmanr(*zip(*pairs))[0]) if len(pairs) > 2 else math.nan
+    fit = stats.linregress(*zip(*counted)) if len(counted) > 2 else None
+    rows.append({'predictor': name, 'cells with a slope': len(sloped),
+                 'spearman with slope': rank(sloped),
+                 f'cells certified at T = {steps}': len(counted),
+                 f'spearman with ln iterations': rank(counted),
+                 'r2 of ln iterations': fit.rvalue ** 2 if fit else math.nan})
+  return rows
 
 
 def predictability(runs, keys, folder, heading) -> None:
@@ -261,11 +364,27 @@ def predictability(runs, keys, folder, heading) -> None:
       criteria.append({'hidden_size': hidden, 'criterion': name, 'cells': rate,
                        'held (at least 4 of 5)': bool(within) and sum(within) >= 0.8 * len(
                            within)})
+    corrected = [s['log_fit_residual'] <= LOGARITHMIC for s in cells
+                 if 'log_fit_residual' in s and s['largest_lyapunov_exponent'] < PREDICTABLE]
+    if corrected:  # the runs that report the fit (the new seeds' sweep)
+      criteria.append({
+          'hidden_size': hidden, 'criterion': 'lambda_1 < -0.02: a + c ln T fits (relative '
+          f'RMS residual <= {LOGARITHMIC})', 'cells': report.wilson(sum(corrected),
+                                                                   len(corrected)),
+          'held (at least 4 of 5)': sum(corrected) >= 0.8 * len(corrected)})
   report.table(criteria, '\n\n'.join(filter(None, [
       heading, 'DEER: a cell is one size, radius and seed, classed by its own lambda_1; '
       'cells: those meeting the slope bound of all so classed, with the 95% Wilson interval '
       '(a slope needs 3 certified lengths: a cell without is counted as failing).'])),
       folder, 'criteria')
+  measured = [run for run in fresh if 'exponent_zero_guess' in run['summary']]
+  if measured:
+    steps = measured[0]['config']['predictor_length']
+    report.table(predictor_table([run['summary'] for run in measured], steps), '\n\n'.join(filter(None, [
+        heading, f'DEER, what predicts its iterations over the {len(measured)} cells that '
+        f'measure it (along the iterates from the zero guess, first {steps} steps): Spearman\'s '
+        'rank correlation with the slope and with ln iterations at that T, and the R^2 of the '
+        'least-squares line of ln iterations on the predictor.'])), folder, 'predictors')
   trained = [{'method': run['config']['method'],
               'trained_run': pathlib.PurePath(run['config']['trained_run']).name,
               **{name: run['summary'].get(name, math.nan) for name in (
@@ -334,12 +453,15 @@ EXPERIMENT = experiment.Experiment(
                                     'steps before the Lyapunov exponent is counted'),
         'lyapunov_steps': Field(48, experiment.integer(1),
                                 'steps the Lyapunov exponent is counted over'),
+        'predictor_length': Field(0, experiment.integer(0), 'deer on a fresh tanh cell: T of '
+                                  'the predictors along its iterates (0: not measured)'),
     },
-    report=('largest_lyapunov_exponent', 'slope', 'longest_converged', 'solver_seconds',
-            'measured_spectral_radius', *(f'iterations_T{t}' for t in REPORTED_LENGTHS)),
+    report=('largest_lyapunov_exponent', 'slope', 'log_fit_residual', 'longest_converged',
+            'solver_seconds', 'measured_spectral_radius',
+            *(f'iterations_T{t}' for t in REPORTED_LENGTHS), *PREDICTORS[1:]),
     plots=(('points', 'slope', 'largest_lyapunov_exponent', 'method', 'hidden_size'),),
     analyses=(predictability,),
     vmappable=('seed', 'method', 'damping', 'spectral_radius', 'hidden_size', 'dtype',
                'lengths', 'longest', 'sequences', 'input_size', 'inputs', 'trained_run', 'tolerance',
                'max_iterations', 'damped_max_iterations', 'deer_work', 'lyapunov_transient',
-               'lyapunov_steps'))
+               'lyapunov_steps', 'predictor_length'))

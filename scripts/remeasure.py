@@ -56,6 +56,8 @@ STUDIES = {
     'classify': ('classify.py', (), 'results_over_seeds.md'),
     'seq2seq': ('seq2seq.py', (), 'results_over_seeds.md'),
     'parallel_in_time': ('parallel_in_time.py', ('--max_group_size=64',), 'predictability.md'),
+    'parallel_in_time_new_seeds': ('parallel_in_time_new_seeds.py', ('--max_group_size=64',),
+                                   'criteria.md'),
 }
 flags.DEFINE_list('studies', list(STUDIES), f'Which studies, of {", ".join(STUDIES)}.')
 flags.DEFINE_string('workdir', 'results/remeasure', 'Where the studies\' sweeps run.')

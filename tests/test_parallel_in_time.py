@@ -51,6 +51,58 @@ def test_the_slope_is_fitted_over_the_converged_lengths():
   assert math.isnan(parallel_in_time.slope((16, 32, 64), (5, math.inf, math.inf)))
 
 
+def test_the_log_fit_residual_is_zero_for_c_log_t_and_large_for_growth_like_t():
+  lengths = (16, 32, 64, 128, 256, 512)
+  logarithmic = [2 + 3 * math.log(t) for t in lengths]
+  assert parallel_in_time.log_fit_residual(lengths, logarithmic) == pytest.approx(0, abs=1e-12)
+  # iterations = T: the line in ln T misses by 0.24 of the mean count (by hand: numpy's
+  # polyfit of (ln T, T) and the RMS of what it leaves, over the mean 168)
+  linear = parallel_in_time.log_fit_residual(lengths, [float(t) for t in lengths])
+  x = np.log(lengths)
+  residual = np.asarray(lengths) - np.polyval(np.polyfit(x, lengths, 1), x)
+  assert linear == pytest.approx(np.sqrt(np.mean(residual ** 2)) / np.mean(lengths))
+  assert linear > parallel_in_time.LOGARITHMIC
+  assert math.isnan(parallel_in_time.log_fit_residual(lengths[:4], (3, 3, 3, math.inf)))
+
+
+def test_log_product_norms_are_the_norms_of_the_products_without_overflow():
+  rng = np.random.default_rng(0)
+  jacobians = (rng.normal(size=(40, 5, 5)) * 3.0).astype(np.float32)
+  product, expected = np.eye(5), []
+  for jacobian in jacobians.astype(np.float64):
+    product = product @ jacobian
+    expected.append(np.log(np.linalg.norm(product, 2)))
+  np.testing.assert_allclose(parallel_in_time.log_product_norms(jacobians), expected, rtol=1e-5)
+  big = np.repeat(np.eye(3)[None] * 1e30, 100, axis=0).astype(np.float32)  # 1e3000 at the end
+  logs = parallel_in_time.log_product_norms(big)
+  assert np.isfinite(logs).all() and logs[-1] == pytest.approx(100 * np.log(1e30), rel=1e-5)
+  zero = np.zeros((3, 2, 2), np.float32)
+  assert np.all(np.isneginf(parallel_in_time.log_product_norms(zero)))
+
+
+def test_the_predictors_expand_at_the_zero_guess_only_where_w_hh_does():
+  """A contracting W_hh (radius 0.6) contracts along the zero guess (exponent < 0) and DEER
+  certifies it in a few iterates; an expanding one (radius 3) has an exponent > 0 there and
+  needs more iterates. The iterates counted are the updates DEER makes to its certificate at
+  that T, plus the zero guess."""
+  import jax.numpy as jnp
+  from rnnjax import parallel
+  reports = {}
+  for radius in (0.6, 3.0):
+    config = parallel_in_time.EXPERIMENT.config(
+        inputs='normal', sequences=1, lengths=(32,), hidden_size=8, input_size=4,
+        spectral_radius=radius, lyapunov_transient=0, lyapunov_steps=32, predictor_length=32,
+        dtype='float32')
+    params, inputs, _ = parallel_in_time.problem(config)
+    initial = jnp.zeros((1, 8), inputs.dtype)
+    reports[radius] = parallel_in_time.predictors(config, params, inputs, initial, {})
+    _, _, info = parallel.elman_deer(params, inputs[:, :32], initial, tolerance=1e-5)
+    assert reports[radius]['iterates'] == int(info['iterations'][0]) + 1
+    assert reports[radius]['exponent_along_iterates'] >= reports[radius]['exponent_zero_guess']
+  assert reports[0.6]['exponent_zero_guess'] < 0 < reports[3.0]['exponent_zero_guess']
+  assert reports[0.6]['iterates'] < reports[3.0]['iterates']
+
+
 def test_a_sweep_with_a_trained_network(tmp_path, trained_char_lm):
   run_dir = trained_char_lm
   config = tmp_path / 'small.py'
