@@ -155,22 +155,25 @@ class _Loop(asyncio.SelectorEventLoop):
 
 
 @contextlib.contextmanager
-def _draining() -> Iterator[None]:
-  """Orbax's calls within (it makes an event loop per call) run on ``_Loop``s, and log their
-  warnings and errors only, unless absl's verbosity is above INFO (``-v 1``: debugging): a
-  worker shows no library's INFO at verbosity 0 (``job.setup_process``), and making the records
-  of orbax's a dozen INFO lines a save costs a tenth of its time."""
+def _draining(quiet: bool = False) -> Iterator[None]:
+  """Orbax's calls within (it makes an event loop per call) run on ``_Loop``s. ``quiet`` (a
+  save, mid-training): they log their warnings and errors only, unless absl's verbosity is
+  above INFO (``-v 1``: debugging); a worker shows no library's INFO at verbosity 0
+  (``job.setup_process``), and making the records of orbax's dozen INFO lines a save costs a
+  tenth of its time. (Absl's verbosity is the process's: not for a restore, which may run
+  beside a job's task loading and its INFO lines.)"""
   policy = asyncio.get_event_loop_policy()
   asyncio.set_event_loop_policy(type('Policy', (type(policy),),
                                      {'new_event_loop': lambda self: _Loop()})())
   level = logging.get_verbosity()
-  if level == logging.INFO:
+  quiet = quiet and level == logging.INFO
+  if quiet:
     logging.set_verbosity(logging.WARNING)
   try:
     yield
   finally:
     asyncio.set_event_loop_policy(policy)
-    if level == logging.INFO:
+    if quiet:
       logging.set_verbosity(level)
 
 
@@ -243,7 +246,7 @@ def save(checkpoint_manager: ocp.CheckpointManager, step: int, state: Any) -> bo
   if jax.process_count() > 1:  # the steps moved aside by the first process
     multihost_utils.sync_global_devices('rnnjax.checkpoints.save')
   try:
-    with _draining():
+    with _draining(quiet=True):
       if sorted(checkpoint_manager.all_steps()) != saved_steps(folder):
         checkpoint_manager.reload()  # forgets the steps moved aside, here or by another process
       return bool(checkpoint_manager.save(step, force=True, args=ocp.args.Composite(
