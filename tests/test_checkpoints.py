@@ -137,6 +137,8 @@ def test_a_save_logs_orbaxs_info_lines_only_when_debugging_and_keeps_its_threads
   folder.mkdir()
   manager = checkpoints.manager(folder)
   try:
+    # first: the manager's own start (a thread that cleans up temporary folders and logs so)
+    assert checkpoints.save(manager, 0, state(0))
     for verbosity, steps in ((absl_logging.INFO, (1, 2, 3)), (absl_logging.DEBUG, (4,))):
       absl_logging.set_verbosity(verbosity)
       del made[:]
