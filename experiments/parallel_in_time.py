@@ -382,7 +382,8 @@ def predictability(runs, keys, folder, heading) -> None:
     steps = measured[0]['config']['predictor_length']
     report.table(predictor_table([run['summary'] for run in measured], steps), '\n\n'.join(filter(None, [
         heading, f'DEER, what predicts its iterations over the {len(measured)} cells that '
-        f'measure it (along the iterates from the zero guess, first {steps} steps): Spearman\'s '
+        'measure it (one run each: a size, radius and seed), along its iterates from the zero '
+        f'guess on the first {steps} steps: Spearman\'s '
         'rank correlation with the slope and with ln iterations at that T, and the R^2 of the '
         'least-squares line of ln iterations on the predictor.'])), folder, 'predictors')
   trained = [{'method': run['config']['method'],
