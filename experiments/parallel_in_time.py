@@ -197,7 +197,7 @@ def jacobians_along(params: dict, drive: jax.Array, states: jax.Array,
   at a trajectory ``states <float>[T, H]`` (not necessarily its solution: an iterate), with
   ``a_t = drive_t + h_{t-1} W_hh`` and ``drive <float>[T, H]`` = x_t W_xh + b."""
   previous = jnp.concatenate([initial[None], states[:-1]])
-  slope = 1.0 - jnp.tanh(drive + previous @ params['W_hh']) ** 2
+  slope = cells.activation_derivative(jnp.tanh(drive + previous @ params['W_hh']), 'tanh')
   return params['W_hh'][None] * slope[:, None, :]
 
 
@@ -311,14 +311,14 @@ def predictor_table(cells: list[dict], steps: int) -> list[dict]:
   for name in PREDICTORS:
     sloped = [(c[name], c['slope']) for c in cells
               if math.isfinite(c[name]) and math.isfinite(c['slope'])]
-    counted = [(c[name], math.log(c[f'iterations_T{steps}'])) for c in cells
-               if math.isfinite(c[name]) and math.isfinite(c.get(f'iterations_T{steps}', math.nan))]
+    counted = [(c[name], math.log(c[f'iterations_T{steps}'])) for c in cells if math.isfinite(
+        c[name]) and math.isfinite(c.get(f'iterations_T{steps}', math.nan))]
     rank = lambda pairs: float(stats.spearmanr(*zip(*pairs))[0]) if len(pairs) > 2 else math.nan
     fit = stats.linregress(*zip(*counted)) if len(counted) > 2 else None
     rows.append({'predictor': name, 'cells with a slope': len(sloped),
                  'spearman with slope': rank(sloped),
                  f'cells certified at T = {steps}': len(counted),
-                 f'spearman with ln iterations': rank(counted),
+                 'spearman with ln iterations': rank(counted),
                  'r2 of ln iterations': fit.rvalue ** 2 if fit else math.nan})
   return rows
 
@@ -380,12 +380,14 @@ def predictability(runs, keys, folder, heading) -> None:
   measured = [run for run in fresh if 'exponent_zero_guess' in run['summary']]
   if measured:
     steps = measured[0]['config']['predictor_length']
-    report.table(predictor_table([run['summary'] for run in measured], steps), '\n\n'.join(filter(None, [
+    caption = '\n\n'.join(filter(None, [
         heading, f'DEER, what predicts its iterations over the {len(measured)} cells that '
         'measure it (one run each: a size, radius and seed), along its iterates from the zero '
         f'guess on the first {steps} steps: Spearman\'s '
         'rank correlation with the slope and with ln iterations at that T, and the R^2 of the '
-        'least-squares line of ln iterations on the predictor.'])), folder, 'predictors')
+        'least-squares line of ln iterations on the predictor.']))
+    report.table(predictor_table([run['summary'] for run in measured], steps), caption, folder,
+                 'predictors')
   trained = [{'method': run['config']['method'],
               'trained_run': pathlib.PurePath(run['config']['trained_run']).name,
               **{name: run['summary'].get(name, math.nan) for name in (

@@ -80,8 +80,8 @@ def _fresh_compilation_caches():
 
 
 def pytest_collection_modifyitems(config, items):
-  """The slow tests first, each group in its own order: with one worker a core (pytest-xdist),
-  the longest tests start early instead of keeping one worker busy while the others idle at
-  the end."""
+  """The slow tests first, each group in its own order. Under pytest-xdist's default ``load``
+  scheduling, which hands each worker consecutive chunks of this order, the first worker's
+  first chunk holds them."""
   del config
   items.sort(key=lambda item: item.get_closest_marker('slow') is None)

@@ -123,7 +123,7 @@ def _classify(error: BaseException, path: pathlib.Path, step: int | None, doing:
 
 class _Threads(concurrent.futures.ThreadPoolExecutor):
   """The threads of every ``_Loop``'s ``to_thread`` calls, kept: a loop's own default executor
-  would start its threads anew for each of orbax's calls (a tenth of a save's time)."""
+  would start its threads anew for each of orbax's calls."""
 
   def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
     del wait, cancel_futures  # a loop's close; the threads end with the process
@@ -159,9 +159,9 @@ def _draining(quiet: bool = False) -> Iterator[None]:
   """Orbax's calls within (it makes an event loop per call) run on ``_Loop``s. ``quiet`` (a
   save, mid-training): they log their warnings and errors only, unless absl's verbosity is
   above INFO (``-v 1``: debugging); a worker shows no library's INFO at verbosity 0
-  (``job.setup_process``), and making the records of orbax's dozen INFO lines a save costs a
-  tenth of its time. (Absl's verbosity is the process's: not for a restore, which may run
-  beside a job's task loading and its INFO lines.)"""
+  (``job.setup_process``), and the records of orbax's INFO lines are not made at all. (Absl's
+  verbosity is the process's: not for a restore, which may run beside a job's task loading
+  and its INFO lines.)"""
   policy = asyncio.get_event_loop_policy()
   asyncio.set_event_loop_policy(type('Policy', (type(policy),),
                                      {'new_event_loop': lambda self: _Loop()})())

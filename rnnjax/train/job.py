@@ -41,7 +41,8 @@ from rnnjax.train import harness
 from rnnjax.train import run_folder
 from rnnjax.train import trainer
 
-__all__ = ['setup_process', 'keep_freed_memory', 'use_compilation_cache', 'run_job', 'failure', 'serve', 'LIBRARIES']
+__all__ = ['setup_process', 'keep_freed_memory', 'use_compilation_cache', 'run_job', 'failure',
+           'serve', 'LIBRARIES']
 
 LIBRARIES = ('orbax', 'absl', 'jax', 'jaxlib', 'flax', 'tensorstore')
 """The packages whose INFO lines a job's logs leave out (below ``--verbosity=1``)."""
