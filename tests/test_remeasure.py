@@ -28,3 +28,23 @@ def test_run_seconds_of_a_launch_that_logged_nothing_is_zero(tmp_path):
   (log := tmp_path / 'log.txt').write_text('\n=== 2026-12-04 10:00:00 job 0: 1 run(s) on x\n')
   assert remeasure.run_seconds(log) == 0.0
   assert remeasure.run_seconds(tmp_path / 'absent.txt') == 0.0  # a folder only launch.run trained
+
+
+LONGEST_UNCHECKPOINTED = 10_000  # updates a study's run may train between checkpoints
+
+
+def test_every_studys_long_runs_checkpoint_so_a_stopped_study_resumes():
+  """A study stopped (a killed process, a closed session) resumes each run from its last
+  checkpoint: no run trains more than ``LONGEST_UNCHECKPOINTED`` updates without one."""
+  import sys
+  sys.path.insert(0, str(ROOT))
+  for study, (config_file, _, _) in remeasure.STUDIES.items():
+    spec = importlib.util.spec_from_file_location(study, ROOT / 'experiments' / 'configs' /
+                                                  config_file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = module.get_config()
+    steps = max(run.get('steps', config.steps) for run in module.get_sweep())
+    every = config.checkpoint_every or steps
+    assert steps <= LONGEST_UNCHECKPOINTED or every <= LONGEST_UNCHECKPOINTED, (
+        study, steps, config.checkpoint_every)

@@ -26,7 +26,8 @@ METHODS = {'MSGD': ('MSGD', 'none', 0.0, 0.0), 'MSGD-C': ('MSGD-C', 'pascanu', 0
 def get_config():
   return temporal_order.EXPERIMENT.config(
       length=50, init='basic_tanh', steps=50_000, solved_every=1000, log_every=1000,
-      flossing_exponents=1, flossing_steps=5000, measure_lyapunov=True)
+      flossing_exponents=1, flossing_steps=5000, measure_lyapunov=True,
+      checkpoint_every=5000)  # a stopped sweep resumes each run from here
 
 
 def get_sweep():

@@ -35,10 +35,12 @@ LENGTHS = (50, 100)
 INITS = ('basic_tanh', 'smart_tanh')
 SEEDS = 5
 STEPS = 200_000  # most updates a run of the sweep takes (the paper's budget is 5e6)
+CHECKPOINT_EVERY = 5_000  # updates: a stopped sweep resumes each run from its last one
 
 
 def get_config():
-  return temporal_order.EXPERIMENT.config(steps=STEPS, solved_every=1000, log_every=1000)
+  return temporal_order.EXPERIMENT.config(steps=STEPS, solved_every=1000, log_every=1000,
+                                          checkpoint_every=CHECKPOINT_EVERY)
 
 
 def runs(lengths, methods) -> list[dict]:
