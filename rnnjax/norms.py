@@ -3,6 +3,7 @@
   vector_norm    ||x|| along axes                    global_norm    ||g|| of a whole pytree
   scaled_norm    ||x|| as (m, e), ||x|| = m 2^e       norm_ratio     ||a|| / ||b||, from both
   spectral_norm  sigma_max of each matrix            scale_exponent the e of 2^e below
+  ldexp          x 2^n, as jnp.ldexp but cheaper
 
 Every norm of the library (the gradient-norm profile and table, clipping, Omega, the Jacobian
 products) is one of these.
@@ -17,7 +18,7 @@ just above the largest magnitude m = max |g| first,
 
 so each square lies in [0, 1) and the largest in [1/4, 1): the result
 overflows only where the norm itself is beyond the dtype's range. A power of
-two scales exactly (``jnp.ldexp``), where dividing by m would not: XLA on CPU
+two scales exactly (``ldexp``), where dividing by m would not: XLA on CPU
 divides by multiplying with 1 / m, which is flushed to 0 for m above 8.5e37. An infinite entry
 makes the norm inf, a NaN entry NaN; an empty or all-zero input has norm 0.
 A ratio of two norms (``norm_ratio``) is formed from their scaled forms, so it is
@@ -48,8 +49,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ['global_norm', 'norm_ratio', 'scale_exponent', 'scaled_norm', 'spectral_norm',
-           'vector_norm']
+__all__ = ['global_norm', 'ldexp', 'norm_ratio', 'scale_exponent', 'scaled_norm',
+           'spectral_norm', 'vector_norm']
 
 
 def _floating(dtypes: Iterable[Any]) -> np.dtype[Any]:
@@ -70,10 +71,50 @@ def _normalized_axes(axis: Any, ndim: int) -> tuple[int, ...]:
   return normalized
 
 
+SMALLEST_NORMAL = np.float32(np.finfo(np.float32).tiny)  # 2^-126
+LARGEST_SHIFT = 300  # |n| past which x 2^n is 0 or inf for every normal float32 x
+
+
+def _power_of_two(exponent: jax.Array) -> jax.Array:
+  """2^k as float32 for int32 k in [-126, 127], built from its bits."""
+  return jax.lax.bitcast_convert_type((exponent + 127) << 23, jnp.float32)
+
+
+def ldexp(x: jax.typing.ArrayLike, exponent: jax.typing.ArrayLike) -> jax.Array:
+  """x 2^n, the values of ``jnp.ldexp`` bit for bit, at about a twentieth of its cost.
+
+  ``jnp.ldexp`` splits every entry with ``frexp`` and raises 2 to a float power (a
+  transcendental per entry; 1.2 ms for 200,000 float32 entries on one core, where the
+  products here take 0.06 ms). For float32, n is cut into three parts of its sign, each
+  2^k exact from its bits, and x is multiplied by them in turn: every product is exact
+  while it stays a normal number, and where the result is below 2^-126 XLA:CPU flushes it
+  to 0, as it flushes ``jnp.ldexp``'s power of two. Entries below 2^-126 (subnormal
+  inputs, which ``jnp.ldexp`` returns unchanged), 0 and inf are returned as they are, NaN
+  stays NaN. Equality with ``jnp.ldexp`` is tested for every n in [-300, 300] on a
+  million values of float32's whole range (tests/test_norms.py); other dtypes use
+  ``jnp.ldexp`` itself.
+
+  Args:
+    x: a floating array ``[...]``.
+    exponent: an int array broadcastable with ``x`` (any int32 value).
+
+  Returns:
+    ``x 2^exponent``, the broadcast shape, in x's dtype.
+  """
+  x = jnp.asarray(x)
+  if x.dtype != jnp.float32:
+    return jnp.ldexp(x, exponent)
+  shift = jnp.clip(jnp.asarray(exponent, jnp.int32), -LARGEST_SHIFT, LARGEST_SHIFT)
+  third = jax.lax.div(shift, jnp.int32(3))  # toward zero: all three parts of one sign
+  power = _power_of_two(third)
+  scaled = x * power * power * _power_of_two(shift - 2 * third)
+  return jnp.where((jnp.abs(x) < SMALLEST_NORMAL) | jnp.isinf(x), x, scaled)
+
+
 def scale_exponent(largest: jax.Array) -> jax.Array:
   """The int e with |x| 2^-e < 1 for every |x| <= ``largest`` (0 for 0, inf, NaN).
 
-  Scaling by 2^-e (``jnp.ldexp``) is exact and has no reciprocal: XLA on CPU divides by
+  Scaling by 2^-e (``ldexp``) is exact and has no reciprocal: XLA on CPU divides by
   multiplying with 1 / m, which flushes to 0 for m above 8.5e37 (3e38 / 3e38 comes out 0).
   """
   return jnp.frexp(largest)[1]
@@ -83,7 +124,7 @@ def scale_exponent(largest: jax.Array) -> jax.Array:
 def _scaled_norm(x: jax.Array, axes: tuple[int, ...]) -> jax.Array:
   """sqrt(sum x^2) over ``axes`` (keepdims), as 2^e sqrt(sum (x 2^-e)^2)."""
   exponent = scale_exponent(jnp.max(jnp.abs(x), axis=axes, keepdims=True, initial=0.0))
-  return jnp.ldexp(jnp.sqrt(jnp.sum(jnp.square(jnp.ldexp(x, -exponent)), axis=axes,
+  return ldexp(jnp.sqrt(jnp.sum(jnp.square(ldexp(x, -exponent)), axis=axes,
                                     keepdims=True)), exponent)
 
 
@@ -95,7 +136,7 @@ def _norm_jvp(axes: tuple[int, ...], primals: tuple[jax.Array],
   norm = _scaled_norm(x, axes)
   exponent = scale_exponent(jnp.max(jnp.abs(x), axis=axes, keepdims=True, initial=0.0))
   positive = norm > 0
-  unit = jnp.ldexp(x, -exponent) / jnp.where(positive, jnp.ldexp(norm, -exponent), 1.0)
+  unit = ldexp(x, -exponent) / jnp.where(positive, ldexp(norm, -exponent), 1.0)
   return norm, jnp.where(positive, jnp.sum(unit * dx, axis=axes, keepdims=True), 0.0)
 
 
@@ -156,7 +197,7 @@ def scaled_norm(x: jax.typing.ArrayLike, axis: int | tuple[int, ...] = -1
     x = jnp.abs(x)
   x = x.astype(_floating([x.dtype]))
   exponent = scale_exponent(jnp.max(jnp.abs(x), axis=axes, keepdims=True, initial=0.0))
-  mantissa = jnp.sqrt(jnp.sum(jnp.square(jnp.ldexp(x, -exponent)), axis=axes))
+  mantissa = jnp.sqrt(jnp.sum(jnp.square(ldexp(x, -exponent)), axis=axes))
   return mantissa, jnp.squeeze(exponent, axis=axes)
 
 
@@ -187,7 +228,7 @@ def norm_ratio(numerator: jax.typing.ArrayLike, denominator: jax.typing.ArrayLik
   top, top_exponent = scaled_norm(numerator, axis)
   bottom, bottom_exponent = scaled_norm(denominator, axis)
   dtype = jnp.result_type(top, bottom)
-  return jnp.ldexp((top / bottom).astype(dtype), top_exponent - bottom_exponent)
+  return ldexp((top / bottom).astype(dtype), top_exponent - bottom_exponent)
 
 
 def spectral_norm(matrix: jax.typing.ArrayLike) -> jax.Array:
@@ -212,7 +253,7 @@ def spectral_norm(matrix: jax.typing.ArrayLike) -> jax.Array:
                      f'{matrix.shape}')
   matrix = matrix.astype(_floating([matrix.dtype]))
   exponent = scale_exponent(jnp.max(jnp.abs(matrix), axis=(-2, -1)))
-  return jnp.ldexp(jnp.linalg.norm(jnp.ldexp(matrix, -exponent[..., None, None]), ord=2,
+  return ldexp(jnp.linalg.norm(ldexp(matrix, -exponent[..., None, None]), ord=2,
                                    axis=(-2, -1)), exponent)
 
 
@@ -247,8 +288,8 @@ def global_norm(tree: Any) -> jax.Array:
 @jax.custom_jvp
 def _tree_norm(leaves: list[jax.Array]) -> jax.Array:
   exponent = scale_exponent(jnp.max(jnp.stack([jnp.max(jnp.abs(leaf)) for leaf in leaves])))
-  squares = sum(jnp.sum(jnp.square(jnp.ldexp(leaf, -exponent))) for leaf in leaves)
-  return jnp.ldexp(jnp.sqrt(squares), exponent)
+  squares = sum(jnp.sum(jnp.square(ldexp(leaf, -exponent))) for leaf in leaves)
+  return ldexp(jnp.sqrt(squares), exponent)
 
 
 @_tree_norm.defjvp
@@ -259,6 +300,6 @@ def _tree_norm_jvp(primals: tuple[list[jax.Array]], tangents: tuple[list[jax.Arr
   norm = _tree_norm(leaves)
   exponent = scale_exponent(jnp.max(jnp.stack([jnp.max(jnp.abs(leaf)) for leaf in leaves])))
   positive = norm > 0
-  denominator = jnp.where(positive, jnp.ldexp(norm, -exponent), 1.0)
-  change = sum(jnp.sum(jnp.ldexp(leaf, -exponent) * dleaf) for leaf, dleaf in zip(leaves, dleaves))
+  denominator = jnp.where(positive, ldexp(norm, -exponent), 1.0)
+  change = sum(jnp.sum(ldexp(leaf, -exponent) * dleaf) for leaf, dleaf in zip(leaves, dleaves))
   return norm, jnp.where(positive, change / denominator, 0.0)

@@ -168,3 +168,23 @@ def test_the_network_table_profile_and_jacobian_products_at_rho_3_against_float6
   want = [np.linalg.norm(own @ powers[k].T) / np.linalg.norm(own) for k in (60, 80)]
   assert want[1] < F32_MAX
   np.testing.assert_allclose([row[60], row[80]], want, rtol=1e-3)
+
+
+def test_ldexp_equals_jnp_ldexp_bit_for_bit_over_float32s_range():
+  """norms.ldexp's three exact products give jnp.ldexp's values (its flushes, its subnormal
+  inputs returned unchanged, inf, NaN, signed zeros) for every n in [-300, 300] and past it."""
+  rng = np.random.default_rng(0)
+  values = (rng.standard_normal(20_000) * np.exp(rng.uniform(-87, 87, 20_000))).astype(np.float32)
+  values[:200] = np.ldexp(rng.standard_normal(200), rng.integers(-149, -126, 200))
+  values[200:211] = [np.inf, -np.inf, np.nan, 0.0, -0.0, 3.4e38, -3.4e38, 1.1754944e-38,
+                     -1.1754944e-38, 1e-45, 2.0 ** -127]
+  shifts = np.concatenate([np.arange(-300, 301), [-2**31, -5000, -301, 301, 5000, 2**31 - 1]])
+  ours = jax.jit(jax.vmap(norms.ldexp, (None, 0)))(values, shifts.astype(np.int32))
+  theirs = jax.jit(jax.vmap(jnp.ldexp, (None, 0)))(values, shifts.astype(np.int32))
+  ours, theirs = np.asarray(ours), np.asarray(theirs)
+  assert np.array_equal(ours.view(np.int32), theirs.view(np.int32)) or np.array_equal(
+      ours, theirs, equal_nan=True) and np.array_equal(np.signbit(ours), np.signbit(theirs))
+  assert norms.ldexp(np.float32(3.0), 2) == 12.0 and norms.ldexp(1.5, -1) == 0.75
+  assert norms.ldexp(np.float32(2.0 ** -126), -1) == 0.0  # flushed, as jnp.ldexp on the CPU
+  with jax.enable_x64(True):  # float64: jnp.ldexp itself
+    assert norms.ldexp(jnp.asarray(1.0, jnp.float64), -1074) == 5e-324
