@@ -284,8 +284,8 @@ def jacobian_product_norms(states: jax.typing.ArrayLike, w_hh: jax.typing.ArrayL
       product, exponent = carry
       product = (w_hh * d[None, :]) @ product
       shift = norms_.scale_exponent(jnp.max(jnp.abs(product)))
-      product, exponent = jnp.ldexp(product, -shift), exponent + shift
-      return (product, exponent), jnp.ldexp(norms_.spectral_norm(product), exponent)
+      product, exponent = norms_.ldexp(product, -shift), exponent + shift
+      return (product, exponent), norms_.ldexp(norms_.spectral_norm(product), exponent)
     reversed_derivatives = derivative[::-1][:longest]  # D_t, D_{t-1}, ...
     start = (jnp.eye(w_hh.shape[0], dtype=w_hh.dtype), jnp.zeros((), jnp.int32))
     _, norms = jax.lax.scan(step, start, reversed_derivatives)

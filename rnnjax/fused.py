@@ -84,7 +84,8 @@ from rnnjax import checks
 from rnnjax import dtypes
 from rnnjax import recurrence
 
-__all__ = ['ElmanLayer', 'checkpointed_elman_layer', 'elman_layer', 'elman_layer_with']
+__all__ = ['ElmanLayer', 'checkpointed_elman_layer', 'elman_layer', 'elman_layer_with',
+           'state_gradients']
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
@@ -414,6 +415,73 @@ def elman_layer(params: cells.Params, inputs: jax.Array, initial_state: jax.Arra
   if time_major and axis == 1:
     states = jnp.swapaxes(states, 0, 1)
   return states, final
+
+
+def state_gradients(w_hh: jax.Array, states: jax.Array, direct: jax.Array,
+                    lengths: recurrence.Lengths = None, activation: str = 'tanh') -> jax.Array:
+  """dE/dh_t of an Elman layer's states, by the backward loop alone, from the states.
+
+  The recursion of the layer's own backward pass (module docstring), run from the
+  batch's longest length down, with the totals written out:
+
+    dE/dh_t = direct_t + (phi'(a_{t+1}) * dE/dh_{t+1}) W_hh^T,
+
+  phi'(a_t) read from the states (``cells.activation_derivative``). Where
+  ``diagnostics.state_gradients`` runs the recurrence again and differentiates it (a
+  forward and an autodiff backward over all T steps), this is one reverse loop to the
+  longest length: what Omega's state gradients cost in a training step that has the
+  layer's states (``regularizers.omega_penalty`` with ``states``). Equal to
+  ``diagnostics.state_gradients`` of the same loss to float32 rounding
+  (tests/test_pascanu.py).
+
+  Args:
+    w_hh: ``<float>[H, H]``.
+    states: ``<float>[B, T, H]``, h_t of ``elman_layer`` (0 at padded steps).
+    direct: ``<float>[B, T, H]``, the loss's derivative with respect to each state
+      alone (``jax.grad`` of a function of the states), the states' dtype.
+    lengths: optional ``<int>[B]`` in [0, T]: at t >= lengths[b] the result is 0 and
+      the later steps' gradient passes through unchanged, as the layer's masked steps.
+    activation: 'tanh', 'relu' or 'linear' (phi' from the states).
+
+  Returns:
+    ``<float>[B, T, H]``, dE/dh_t in the states' dtype.
+
+  Raises:
+    ValueError: for an unknown activation, ``direct`` of another shape than ``states``,
+      states not ``[B, T, H]`` or w_hh not ``[H, H]``.
+
+  References:
+    Pascanu, Mikolov & Bengio (2013), eq. 5; Williams & Zipser (1995) (BPTT).
+  """
+  checks.one_of('activation', activation, tuple(sorted(cells.ACTIVATIONS)))
+  if jnp.ndim(states) != 3:
+    raise ValueError(f'states: expected rank 3 [B, T, H], got shape {jnp.shape(states)}')
+  if jnp.shape(direct) != jnp.shape(states):
+    raise ValueError(f'direct: expected the shape of states {jnp.shape(states)}, got '
+                     f'{jnp.shape(direct)}')
+  batch, steps, hidden = jnp.shape(states)
+  if jnp.shape(w_hh) != (hidden, hidden):
+    raise ValueError(f'w_hh: expected shape [H, H] = ({hidden}, {hidden}), got '
+                     f'{jnp.shape(w_hh)}')
+  lengths = recurrence.as_lengths(lengths, steps)
+  alive = None if lengths is None else (jnp.arange(steps)[:, None] < lengths[None, :])[..., None]
+  live = _live_steps(steps, alive, 1)
+  w_hh_t = jnp.transpose(w_hh)
+
+  def step(i: jax.Array, carry: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
+    later, totals = carry
+    t = live - 1 - i
+    total = _at(direct, t, 1) + later
+    previous = (total * cells.activation_derivative(_at(states, t, 1), activation)) @ w_hh_t
+    if alive is not None:
+      keep = _at(alive, t, 0)
+      total = jnp.where(keep, total, 0.0)
+      previous = jnp.where(keep, previous, later)
+    return previous, _put(totals, total, t, 1)
+
+  _, totals = jax.lax.fori_loop(0, live, step, (jnp.zeros((batch, hidden), states.dtype),
+                                                jnp.zeros_like(direct)))
+  return totals
 
 
 def checkpointed_elman_layer(params: cells.Params, inputs: jax.Array,

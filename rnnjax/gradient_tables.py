@@ -238,7 +238,7 @@ def _linearised_profile(w: jax.Array, delta: jax.Array, pre_activations: jax.Arr
     unit, exponent = carry
     unit = w.T @ (cells.activation_derivative(jnp.tanh(a), 'tanh') * unit)
     shift = norms.scale_exponent(jnp.max(jnp.abs(unit)))
-    unit, exponent = jnp.ldexp(unit, -shift), exponent + shift
+    unit, exponent = norms.ldexp(unit, -shift), exponent + shift
     return (unit, exponent), (norms.vector_norm(unit), exponent)
   _, (lengths, exponents) = jax.lax.scan(step, (delta, jnp.zeros((), jnp.int32)),
                                          pre_activations)
@@ -292,7 +292,7 @@ def _network(radii: tuple[float, ...], distances: tuple[int, ...], hidden_size: 
     direction = jax.random.normal(key_loss, (cell_params['W_hh'].shape[0],), dtype)
     # dL/dh_T is the direction; scaled (exactly) to a norm in [1/2, 1), every ||dL/dh_{T-k}||
     # is below the ratio it gives, so no gradient overflows where the ratio fits the dtype.
-    direction = jnp.ldexp(direction, -norms.scale_exponent(norms.vector_norm(direction)))
+    direction = norms.ldexp(direction, -norms.scale_exponent(norms.vector_norm(direction)))
     initial = jnp.zeros((sequences, cell_params['W_hh'].shape[0]), dtype)
     _, gradients = diagnostics.state_gradients(
         cells.elman('tanh'), cell_params, inputs, initial,

@@ -63,6 +63,7 @@ import numpy as np
 from rnnjax import cells
 from rnnjax import checks
 from rnnjax import diagnostics
+from rnnjax import fused
 from rnnjax import norms
 from rnnjax import recurrence
 
@@ -158,7 +159,7 @@ def omega(w_hh: jax.typing.ArrayLike, states: jax.typing.ArrayLike,
   # above its largest magnitude (``norms.scale_exponent``), and the norms scale by theirs.
   error_norm = norms.vector_norm(errors)  # [B, T]
   exponent = norms.scale_exponent(jnp.max(jnp.abs(errors), axis=-1, keepdims=True, initial=0.0))
-  unit = jnp.ldexp(errors, -exponent)
+  unit = norms.ldexp(errors, -exponent)
   phi_prime = cells.activation_derivative(states, activation)
   sent_back = (unit * phi_prime) @ jnp.transpose(w_hh)  # [B, T, H]
   # ||g||^2 >= bound (a NaN gradient is kept: Omega says so); a concrete bound's root in
@@ -240,7 +241,9 @@ def omega_penalty(params: Mapping[str, Any], inputs: jax.typing.ArrayLike,
   """Omega of an Elman layer as a term of a loss, differentiable as eq. 10.
 
   dE/dh_t is ``diagnostics.state_gradients`` of ``loss_fn`` (one forward and
-  one backward pass of ``recurrence.scan``) at the params as they are; it,
+  one backward pass of ``recurrence.scan``) at the params as they are, or, where the
+  caller passes the layer's ``states``, ``fused.state_gradients`` (the layer's backward
+  loop alone, to the longest length; equal to float32 rounding); it,
   the states and phi'(a_t) are held constant (``stop_gradient``), so the
   gradient of the result with respect to ``params`` is that of
   ``omega_value_and_grad`` with through_states=False: W_hh through the
@@ -263,8 +266,9 @@ def omega_penalty(params: Mapping[str, Any], inputs: jax.typing.ArrayLike,
     lengths: optional ``<int32>[B]``: steps t >= lengths[b] are left out
       (``omega``); loss_fn should not read them.
     states: optional ``<float32>[B, T, H]``, the layer's states at these
-      params if the caller has them (e.g. from ``fused.elman_layer``); else
-      they are recomputed (``recurrence.scan``).
+      params if the caller has them (``fused.elman_layer``'s, 0 at padded steps:
+      ``loss_fn`` is then differentiated at them and dE/dh_t follows by
+      ``fused.state_gradients``); else they are recomputed (``recurrence.scan``).
     ratio, reduction, bound: as ``omega`` (default: the reference code's).
 
   Returns:
@@ -287,8 +291,12 @@ def omega_penalty(params: Mapping[str, Any], inputs: jax.typing.ArrayLike,
     raise ValueError(f'states: expected shape [B, T, H] = '
                      f'{jnp.shape(inputs)[:2] + jnp.shape(initial_state)[-1:]}, got '
                      f'{jnp.shape(states)}')
-  _, errors = diagnostics.state_gradients(cell, held, inputs, initial_state, loss_fn, lengths)
   if states is None:
+    _, errors = diagnostics.state_gradients(cell, held, inputs, initial_state, loss_fn, lengths)
     states, _ = recurrence.scan(cell, held, cast(jax.Array, inputs), initial_state, lengths)
+  else:  # the layer's states: dE/dh_t by its backward loop alone, no recurrence run again
+    states = jax.lax.stop_gradient(states)
+    direct = jax.lax.stop_gradient(jax.grad(loss_fn)(states))  # no tangent enters the loop
+    errors = fused.state_gradients(held['W_hh'], states, direct, lengths, activation)
   return omega(params['W_hh'], jax.lax.stop_gradient(states), errors, activation, lengths,
                ratio, reduction, bound)

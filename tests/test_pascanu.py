@@ -10,6 +10,7 @@ import pytest
 from rnnjax import cells
 from rnnjax import clipping
 from rnnjax import diagnostics
+from rnnjax import fused
 from rnnjax import initializers
 from rnnjax import recurrence
 from rnnjax import regularizers
@@ -462,3 +463,40 @@ def test_omega_ignores_nan_in_padding_and_shows_nan_where_it_counts():
   with pytest.raises(ValueError, match=r'states: expected shape \[B, T, H\] = \(2, 6, 4\), got '
                                        r'\(2, 3, 4\)'):
     regularizers.omega_penalty(params, inputs, initial, last, states=states[:, :3])
+
+
+@pytest.mark.parametrize('activation', ['tanh', 'relu', 'linear'])
+def test_the_layers_state_gradients_equal_autodiffs_and_omega_with_the_layers_states(activation):
+  """fused.state_gradients (the layer's backward loop from its states) equals
+  diagnostics.state_gradients (autodiff of the recurrence run again) to float32 rounding at
+  every step of every length, 0 past a length; omega_penalty given the layer's states (which
+  uses it) equals omega_penalty without them, value and W_hh gradient; the loop runs to the
+  longest length (8 of T = 12)."""
+  key = jax.random.key(5)
+  params = cells.init_elman(key, 3, 16, 'gaussian', radius=1.1)
+  inputs = jax.random.normal(jax.random.fold_in(key, 1), (4, 12, 3))
+  initial = jax.random.normal(jax.random.fold_in(key, 2), (4, 16)) * 0.1
+  lengths = jnp.array([8, 3, 1, 5])
+  readout = jax.random.normal(jax.random.fold_in(key, 3), (16,))
+
+  def loss(states):  # reads each sequence's states before its length only
+    alive = jnp.arange(12)[None, :, None] < lengths[:, None, None]
+    return jnp.sum(jnp.where(alive, jnp.sin(states @ readout)[..., None], 0.0))
+
+  states, _ = fused.elman_layer(params, inputs, initial, lengths, activation=activation)
+  _, expected = diagnostics.state_gradients(cells.elman(activation), params, inputs, initial,
+                                            loss, lengths)
+  alive = (jnp.arange(12)[None, :] < lengths[:, None])[..., None]
+  ours = fused.state_gradients(params['W_hh'], states, jax.grad(loss)(states), lengths,
+                               activation)
+  np.testing.assert_allclose(ours, jnp.where(alive, expected, 0.0), rtol=2e-5, atol=1e-6)
+  assert float(jnp.max(jnp.abs(ours[:, 8:]))) == 0.0 and float(jnp.max(jnp.abs(ours))) > 0.1
+
+  def penalty(p, given):
+    return regularizers.omega_penalty(p, inputs, initial, loss, activation, lengths, given)
+  value, grads = jax.value_and_grad(penalty)(params, states)
+  recomputed, recomputed_grads = jax.value_and_grad(penalty)(params, None)
+  np.testing.assert_allclose(value, recomputed, rtol=1e-5)
+  np.testing.assert_allclose(grads['W_hh'], recomputed_grads['W_hh'], rtol=1e-4, atol=1e-7)
+  with pytest.raises(ValueError, match=r'direct: expected the shape of states \(4, 12, 16\)'):
+    fused.state_gradients(params['W_hh'], states, states[:, :3], lengths)
