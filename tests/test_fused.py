@@ -10,6 +10,7 @@ import pytest
 from rnnjax import cells
 from rnnjax import fused
 from rnnjax import recurrence
+from rnnjax import regularizers
 
 B, T, D, H = 4, 11, 3, 6
 LENGTHS = np.array([11, 5, 0, 8], np.int32)
@@ -165,6 +166,32 @@ def _loops(jaxpr) -> list[str]:
         if hasattr(inner, 'eqns'):
           found += _loops(inner)
   return found
+
+
+def test_omegas_state_gradients_loop_to_the_longest_length_with_the_layers_states():
+  """A training gradient with Omega (omega_penalty given the layer's states, as the temporal
+  order and PTB losses call it) runs three loops, each to the longest length: the layer's
+  forward and backward and the state gradients' (fused.state_gradients), none over the padded
+  T = 199 (a scan of the recurrence run again, as before, would be one); the state
+  gradients are 0 past the length."""
+  keys = jax.random.split(jax.random.key(8), 3)
+  params = cells.init_elman(keys[0], 6, 16, 'gaussian', radius=0.9)
+  inputs = jax.random.normal(keys[1], (4, 199, 6))
+  lengths = jnp.array([60, 60, 60, 60])
+  initial = jnp.zeros((4, 16))
+
+  def loss(params):
+    states, last = fused.elman_layer(params, inputs, initial, lengths)
+    last_loss = lambda s: jnp.sum(jnp.sin(s[:, 59]))
+    omega = regularizers.omega_penalty(params, inputs, initial, last_loss, 'tanh', lengths,
+                                       states)
+    return jnp.sum(jnp.sin(last)) + 4.0 * omega
+
+  loops = _loops(jax.make_jaxpr(jax.grad(loss))(params).jaxpr)
+  assert loops == ['while'] * 3, loops
+  states, _ = fused.elman_layer(params, inputs, initial, lengths)
+  totals = fused.state_gradients(params['W_hh'], states, jnp.ones_like(states), lengths)
+  assert np.all(np.any(totals[:, :60] != 0, axis=-1)) and not np.any(totals[:, 60:])
 
 
 @pytest.mark.parametrize('activation', ['tanh', 'relu', 'linear'])
