@@ -417,8 +417,9 @@ def elman_layer(params: cells.Params, inputs: jax.Array, initial_state: jax.Arra
   return states, final
 
 
-def state_gradients(w_hh: jax.Array, states: jax.Array, direct: jax.Array,
-                    lengths: recurrence.Lengths = None, activation: str = 'tanh') -> jax.Array:
+def state_gradients(w_hh: jax.typing.ArrayLike, states: jax.typing.ArrayLike,
+                    direct: jax.typing.ArrayLike, lengths: recurrence.Lengths = None,
+                    activation: str = 'tanh') -> jax.Array:
   """dE/dh_t of an Elman layer's states, by the backward loop alone, from the states.
 
   The recursion of the layer's own backward pass (module docstring), run from the
@@ -463,6 +464,7 @@ def state_gradients(w_hh: jax.Array, states: jax.Array, direct: jax.Array,
   if jnp.shape(w_hh) != (hidden, hidden):
     raise ValueError(f'w_hh: expected shape [H, H] = ({hidden}, {hidden}), got '
                      f'{jnp.shape(w_hh)}')
+  states, direct = jnp.asarray(states), jnp.asarray(direct)
   lengths = recurrence.as_lengths(lengths, steps)
   alive = None if lengths is None else (jnp.arange(steps)[:, None] < lengths[None, :])[..., None]
   live = _live_steps(steps, alive, 1)
