@@ -85,7 +85,7 @@ from rnnjax import dtypes
 from rnnjax import recurrence
 
 __all__ = ['ElmanLayer', 'checkpointed_elman_layer', 'elman_layer', 'elman_layer_with',
-           'state_gradients']
+           'state_gradients_from_states']
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
@@ -417,9 +417,10 @@ def elman_layer(params: cells.Params, inputs: jax.Array, initial_state: jax.Arra
   return states, final
 
 
-def state_gradients(w_hh: jax.typing.ArrayLike, states: jax.typing.ArrayLike,
-                    direct: jax.typing.ArrayLike, lengths: recurrence.Lengths = None,
-                    activation: str = 'tanh') -> jax.Array:
+def state_gradients_from_states(w_hh: jax.typing.ArrayLike, states: jax.typing.ArrayLike,
+                                direct: jax.typing.ArrayLike,
+                                lengths: recurrence.Lengths = None,
+                                activation: str = 'tanh') -> jax.Array:
   """dE/dh_t of an Elman layer's states, by the backward loop alone, from the states.
 
   The recursion of the layer's own backward pass (module docstring), run from the

@@ -242,8 +242,8 @@ def omega_penalty(params: Mapping[str, Any], inputs: jax.typing.ArrayLike,
 
   dE/dh_t is ``diagnostics.state_gradients`` of ``loss_fn`` (one forward and
   one backward pass of ``recurrence.scan``) at the params as they are, or, where the
-  caller passes the layer's ``states``, ``fused.state_gradients`` (the layer's backward
-  loop alone, to the longest length; equal to float32 rounding); it,
+  caller passes the layer's ``states``, ``fused.state_gradients_from_states`` (the layer's
+  backward loop alone, to the longest length; equal to float32 rounding); it,
   the states and phi'(a_t) are held constant (``stop_gradient``), so the
   gradient of the result with respect to ``params`` is that of
   ``omega_value_and_grad`` with through_states=False: W_hh through the
@@ -268,7 +268,8 @@ def omega_penalty(params: Mapping[str, Any], inputs: jax.typing.ArrayLike,
     states: optional ``<float32>[B, T, H]``, the layer's states at these
       params if the caller has them (``fused.elman_layer``'s, 0 at padded steps:
       ``loss_fn`` is then differentiated at them and dE/dh_t follows by
-      ``fused.state_gradients``); else they are recomputed (``recurrence.scan``).
+      ``fused.state_gradients_from_states``); else they are recomputed
+      (``recurrence.scan``).
     ratio, reduction, bound: as ``omega`` (default: the reference code's).
 
   Returns:
@@ -297,6 +298,6 @@ def omega_penalty(params: Mapping[str, Any], inputs: jax.typing.ArrayLike,
   else:  # the layer's states: dE/dh_t by its backward loop alone, no recurrence run again
     states = jax.lax.stop_gradient(states)
     direct = jax.lax.stop_gradient(jax.grad(loss_fn)(states))  # no tangent enters the loop
-    errors = fused.state_gradients(held['W_hh'], states, direct, lengths, activation)
+    errors = fused.state_gradients_from_states(held['W_hh'], states, direct, lengths, activation)
   return omega(params['W_hh'], jax.lax.stop_gradient(states), errors, activation, lengths,
                ratio, reduction, bound)

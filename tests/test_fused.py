@@ -171,9 +171,9 @@ def _loops(jaxpr) -> list[str]:
 def test_omegas_state_gradients_loop_to_the_longest_length_with_the_layers_states():
   """A training gradient with Omega (omega_penalty given the layer's states, as the temporal
   order and PTB losses call it) runs three loops, each to the longest length: the layer's
-  forward and backward and the state gradients' (fused.state_gradients), none over the padded
-  T = 199 (a scan of the recurrence run again, as before, would be one); the state
-  gradients are 0 past the length."""
+  forward and backward and the state gradients' (fused.state_gradients_from_states), none
+  over the padded T = 199 (a scan of the recurrence run again, as before, would be one);
+  the state gradients are 0 past the length."""
   keys = jax.random.split(jax.random.key(8), 3)
   params = cells.init_elman(keys[0], 6, 16, 'gaussian', radius=0.9)
   inputs = jax.random.normal(keys[1], (4, 199, 6))
@@ -190,7 +190,7 @@ def test_omegas_state_gradients_loop_to_the_longest_length_with_the_layers_state
   loops = _loops(jax.make_jaxpr(jax.grad(loss))(params).jaxpr)
   assert loops == ['while'] * 3, loops
   states, _ = fused.elman_layer(params, inputs, initial, lengths)
-  totals = fused.state_gradients(params['W_hh'], states, jnp.ones_like(states), lengths)
+  totals = fused.state_gradients_from_states(params['W_hh'], states, jnp.ones_like(states), lengths)
   assert np.all(np.any(totals[:, :60] != 0, axis=-1)) and not np.any(totals[:, 60:])
 
 

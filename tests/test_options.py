@@ -79,8 +79,8 @@ CALLS = {
         ELMAN, X, H0, 2, **k),
     'fused.elman_layer': lambda **k: rnnjax.elman_layer(ELMAN, X, H0, **k),
     'fused.elman_layer_with': lambda **k: rnnjax.elman_layer_with(**k),
-    'fused.state_gradients': lambda **k: rnnjax.fused.state_gradients(
-        ELMAN['W_hh'], STATES, STATES, **k),
+    'fused.state_gradients_from_states':
+        lambda **k: rnnjax.fused.state_gradients_from_states(ELMAN['W_hh'], STATES, STATES, **k),
     'gradient_tables.gradient_norm_table': lambda **k: rnnjax.gradient_norm_table(
         (1.0,), (1,), hidden_size=2, sequences=1, **k),
     'parallel.elman_deer': lambda **k: rnnjax.elman_deer(

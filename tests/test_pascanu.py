@@ -467,7 +467,7 @@ def test_omega_ignores_nan_in_padding_and_shows_nan_where_it_counts():
 
 @pytest.mark.parametrize('activation', ['tanh', 'relu', 'linear'])
 def test_the_layers_state_gradients_equal_autodiffs_and_omega_with_the_layers_states(activation):
-  """fused.state_gradients (the layer's backward loop from its states) equals
+  """fused.state_gradients_from_states (the layer's backward loop from its states) equals
   diagnostics.state_gradients (autodiff of the recurrence run again) to float32 rounding at
   every step of every length, 0 past a length; omega_penalty given the layer's states (which
   uses it) equals omega_penalty without them, value and W_hh gradient; the loop runs to the
@@ -487,8 +487,8 @@ def test_the_layers_state_gradients_equal_autodiffs_and_omega_with_the_layers_st
   _, expected = diagnostics.state_gradients(cells.elman(activation), params, inputs, initial,
                                             loss, lengths)
   alive = (jnp.arange(12)[None, :] < lengths[:, None])[..., None]
-  ours = fused.state_gradients(params['W_hh'], states, jax.grad(loss)(states), lengths,
-                               activation)
+  ours = fused.state_gradients_from_states(params['W_hh'], states, jax.grad(loss)(states),
+                                           lengths, activation)
   np.testing.assert_allclose(ours, jnp.where(alive, expected, 0.0), rtol=2e-5, atol=1e-6)
   assert float(jnp.max(jnp.abs(ours[:, 8:]))) == 0.0 and float(jnp.max(jnp.abs(ours))) > 0.1
 
@@ -499,4 +499,4 @@ def test_the_layers_state_gradients_equal_autodiffs_and_omega_with_the_layers_st
   np.testing.assert_allclose(value, recomputed, rtol=1e-5)
   np.testing.assert_allclose(grads['W_hh'], recomputed_grads['W_hh'], rtol=1e-4, atol=1e-7)
   with pytest.raises(ValueError, match=r'direct: expected the shape of states \(4, 12, 16\)'):
-    fused.state_gradients(params['W_hh'], states, states[:, :3], lengths)
+    fused.state_gradients_from_states(params['W_hh'], states, states[:, :3], lengths)
